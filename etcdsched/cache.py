@@ -1,0 +1,112 @@
+"""A watch-driven in-memory copy of one key prefix.
+
+List the prefix (paged, at one revision), then watch from the next revision.
+When the watch start was compacted, or the watch fails, or simply every
+``relist_every`` seconds (watches can lag without bound on an unhealthy
+cluster), list again and resume. Consumers read :attr:`items` and wait on
+:meth:`wait_changed`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from etcdsched.clock import Clock
+from etcdsched.errors import StoreUnavailable
+from etcdsched.store import KV, Compacted, Event, Store, prefix_end
+
+log = logging.getLogger(__name__)
+PAGE = 1000
+
+
+async def list_all(
+    store: Store, start: str, end: str, keep: Callable[[str], bool] | None = None
+) -> tuple[dict[str, KV], int]:
+    """Every key in ``[start, end)`` read page by page at one revision."""
+    items: dict[str, KV] = {}
+    first = await store.range(start, end, limit=PAGE)
+    revision = first.revision
+    page = first
+    while True:
+        for kv in page.kvs:
+            if keep is None or keep(kv.key):
+                items[kv.key] = kv
+        if not page.more or not page.kvs:
+            return items, revision
+        page = await store.range(page.kvs[-1].key + "\0", end, limit=PAGE, revision=revision)
+
+
+class PrefixCache:
+    """Keeps ``items`` equal to the keys under ``prefix`` (those ``keep`` accepts)."""
+
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        prefix: str,
+        *,
+        relist_every: float = 30.0,
+        keep: Callable[[str], bool] | None = None,
+        on_event: Callable[[Event], None] | None = None,
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self.prefix = prefix
+        self.relist_every = relist_every
+        self.keep = keep
+        self._on_event = on_event
+        self.items: dict[str, KV] = {}
+        self.revision = 0
+        self.ready = asyncio.Event()
+        self._changed = asyncio.Event()
+        self.relists = 0
+
+    async def wait_changed(self) -> None:
+        await self._changed.wait()
+        self._changed.clear()
+
+    def _notify(self) -> None:
+        self._changed.set()
+
+    async def relist(self) -> None:
+        self.items, self.revision = await list_all(
+            self._store, self.prefix, prefix_end(self.prefix), self.keep
+        )
+        self.relists += 1
+        self.ready.set()
+        self._notify()
+
+    def apply(self, event: Event) -> None:
+        key = event.kv.key
+        if event.kind == "delete":
+            self.items.pop(key, None)
+        elif self.keep is None or self.keep(key):
+            self.items[key] = event.kv
+        self.revision = max(self.revision, event.kv.mod_revision)
+        if self._on_event is not None:
+            self._on_event(event)
+
+    async def run(self) -> None:
+        """List (unless already listed), then follow; forever (cancel to stop)."""
+        backoff = 0.1
+        while True:
+            try:
+                if not self.ready.is_set():
+                    await self.relist()
+                await asyncio.wait_for(self._follow(), timeout=self.relist_every)
+                backoff = 0.1
+            except TimeoutError:
+                self.ready.clear()  # periodic re-list
+            except (Compacted, StoreUnavailable) as exc:
+                self.ready.clear()
+                log.info("cache %s: re-listing after %s", self.prefix, exc)
+                await self._clock.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+
+    async def _follow(self) -> None:
+        async for batch in self._store.watch(self.prefix, self.revision + 1):
+            for event in batch.events:
+                self.apply(event)
+            self._notify()

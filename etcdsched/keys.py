@@ -1,0 +1,278 @@
+"""Every etcd key etcdsched reads or writes is built and parsed here.
+
+Layout (under a configurable prefix, default ``/etcdsched/``)::
+
+    meta/cluster                              cluster settings (partition count)
+    jobs/<job>                                job spec + state
+    due/<pp>/<slot_ms:14>/<job>               a job's next slot, per partition
+    runs/<job>/<seq>                          run record; seq = slot_ms:14 [-tag]
+    active/<pp>/<job>/<seq>                   pointer to a non-terminal run
+    queue/<pp>/<rank:3>/<not_before_ms:14>/<run>  runs waiting for placement
+    owners/<pp>                               partition owner (leased)
+    members/schedulers/<id>, members/workers/<id>   live members (leased)
+    assign/<worker>/<run>                     a run placed on a worker
+    load/<worker>                             capacity revision of a worker
+    claims/<pp>/<run>                         a worker's claim on a run (leased)
+    skips/<job>/<first_slot_ms:14>            explained skipped slot ranges
+    tokens/<sha256>, tenants/<tenant>, idem/<tenant>/<sha256>   API state
+
+Numbers are zero-padded to fixed width so lexical key order is numeric order.
+Run ids are ``<job>@<seq>``; job ids cannot contain ``@`` or ``/``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+SLOT_WIDTH = 14
+PARTITION_WIDTH = 3
+MAX_PARTITIONS = 10**PARTITION_WIDTH
+MAX_RANK = 999
+JOB_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+WORKER_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+RUN_SEQ_PATTERN = re.compile(r"^(\d{14})(?:-([a-z0-9]{1,24}))?$")
+
+
+class KeyError_(ValueError):
+    """A key or key component that does not fit the layout."""
+
+
+def partition_of(job_id: str, partitions: int) -> int:
+    """Stable partition of a job: blake2b of the id, mod the partition count.
+
+    Stable across processes and Python versions (unlike ``hash()``)."""
+    digest = hashlib.blake2b(job_id.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % partitions
+
+
+def validate_job_id(job_id: str) -> str:
+    if not JOB_ID_PATTERN.match(job_id):
+        raise KeyError_(
+            "job id must be 1-128 characters of letters, digits, '_', '.', '-' "
+            "and start with a letter or digit"
+        )
+    return job_id
+
+
+def run_seq(slot_ms: int, tag: str | None = None) -> str:
+    """Sequence part of a run id: the slot, plus a tag for manual runs."""
+    if slot_ms < 0 or slot_ms >= 10**SLOT_WIDTH:
+        raise KeyError_(f"slot out of range: {slot_ms}")
+    seq = f"{slot_ms:0{SLOT_WIDTH}d}"
+    return f"{seq}-{tag}" if tag else seq
+
+
+def run_id(job_id: str, seq: str) -> str:
+    return f"{job_id}@{seq}"
+
+
+@dataclass(frozen=True)
+class RunRef:
+    """A parsed run id."""
+
+    job_id: str
+    seq: str
+
+    @property
+    def slot_ms(self) -> int:
+        return int(self.seq[:SLOT_WIDTH])
+
+    @property
+    def run_id(self) -> str:
+        return run_id(self.job_id, self.seq)
+
+
+def parse_run_id(value: str) -> RunRef:
+    job_id, sep, seq = value.rpartition("@")
+    if not sep or not JOB_ID_PATTERN.match(job_id) or not RUN_SEQ_PATTERN.match(seq):
+        raise KeyError_(f"not a run id: {value!r}")
+    return RunRef(job_id, seq)
+
+
+@dataclass(frozen=True)
+class DueKey:
+    partition: int
+    slot_ms: int
+    job_id: str
+
+
+@dataclass(frozen=True)
+class QueueKey:
+    partition: int
+    rank: int
+    not_before_ms: int
+    run_id: str
+
+
+class Keys:
+    """Builds and parses keys under one prefix. Each test gets its own prefix."""
+
+    def __init__(self, prefix: str = "/etcdsched/") -> None:
+        if not prefix.startswith("/") or not prefix.endswith("/"):
+            raise KeyError_("prefix must start and end with '/'")
+        self.prefix = prefix
+
+    # -- cluster ---------------------------------------------------------
+    def cluster_meta(self) -> str:
+        return f"{self.prefix}meta/cluster"
+
+    # -- jobs ------------------------------------------------------------
+    def jobs_prefix(self) -> str:
+        return f"{self.prefix}jobs/"
+
+    def job(self, job_id: str) -> str:
+        return f"{self.jobs_prefix()}{job_id}"
+
+    def parse_job(self, key: str) -> str:
+        return self._strip(key, self.jobs_prefix())
+
+    # -- due index -------------------------------------------------------
+    def due_prefix(self, partition: int) -> str:
+        return f"{self.prefix}due/{self._pp(partition)}/"
+
+    def due(self, partition: int, slot_ms: int, job_id: str) -> str:
+        return f"{self.due_prefix(partition)}{slot_ms:0{SLOT_WIDTH}d}/{job_id}"
+
+    def due_until(self, partition: int, until_ms: int) -> str:
+        """Exclusive range end: every due key of the partition with slot <= until_ms."""
+        return f"{self.due_prefix(partition)}{until_ms + 1:0{SLOT_WIDTH}d}"
+
+    def parse_due(self, key: str) -> DueKey:
+        rest = self._strip(key, f"{self.prefix}due/")
+        pp, slot, job_id = self._split(rest, 3)
+        return DueKey(int(pp), int(slot), job_id)
+
+    # -- runs ------------------------------------------------------------
+    def runs_prefix(self, job_id: str | None = None) -> str:
+        base = f"{self.prefix}runs/"
+        return f"{base}{job_id}/" if job_id is not None else base
+
+    def run(self, rid: str) -> str:
+        ref = parse_run_id(rid)
+        return f"{self.runs_prefix(ref.job_id)}{ref.seq}"
+
+    def parse_run(self, key: str) -> RunRef:
+        job_id, seq = self._split(self._strip(key, self.runs_prefix()), 2)
+        return parse_run_id(run_id(job_id, seq))
+
+    # -- active pointers -------------------------------------------------
+    def active_prefix(self, partition: int, job_id: str | None = None) -> str:
+        base = f"{self.prefix}active/{self._pp(partition)}/"
+        return f"{base}{job_id}/" if job_id is not None else base
+
+    def active(self, partition: int, rid: str) -> str:
+        ref = parse_run_id(rid)
+        return f"{self.active_prefix(partition, ref.job_id)}{ref.seq}"
+
+    def parse_active(self, key: str) -> tuple[int, RunRef]:
+        pp, job_id, seq = self._split(self._strip(key, f"{self.prefix}active/"), 3)
+        return int(pp), parse_run_id(run_id(job_id, seq))
+
+    # -- placement queue -------------------------------------------------
+    def queue_prefix(self, partition: int) -> str:
+        return f"{self.prefix}queue/{self._pp(partition)}/"
+
+    def queue(self, partition: int, priority: int, not_before_ms: int, rid: str) -> str:
+        """Queue order is priority (high first), then not-before time, then run id."""
+        rank = MAX_RANK - priority
+        return f"{self.queue_prefix(partition)}{rank:03d}/{not_before_ms:0{SLOT_WIDTH}d}/{rid}"
+
+    def parse_queue(self, key: str) -> QueueKey:
+        pp, rank, nb, rid = self._split(self._strip(key, f"{self.prefix}queue/"), 4)
+        parse_run_id(rid)
+        return QueueKey(int(pp), int(rank), int(nb), rid)
+
+    # -- ownership and membership ---------------------------------------
+    def owners_prefix(self) -> str:
+        return f"{self.prefix}owners/"
+
+    def owner(self, partition: int) -> str:
+        return f"{self.owners_prefix()}{self._pp(partition)}"
+
+    def parse_owner(self, key: str) -> int:
+        return int(self._strip(key, self.owners_prefix()))
+
+    def members_prefix(self, role: str) -> str:
+        if role not in ("schedulers", "workers"):
+            raise KeyError_(f"unknown member role {role!r}")
+        return f"{self.prefix}members/{role}/"
+
+    def member(self, role: str, member_id: str) -> str:
+        return f"{self.members_prefix(role)}{member_id}"
+
+    def parse_member(self, role: str, key: str) -> str:
+        return self._strip(key, self.members_prefix(role))
+
+    # -- assignments, load, claims --------------------------------------
+    def assign_prefix(self, worker_id: str | None = None) -> str:
+        base = f"{self.prefix}assign/"
+        return f"{base}{worker_id}/" if worker_id is not None else base
+
+    def assign(self, worker_id: str, rid: str) -> str:
+        return f"{self.assign_prefix(worker_id)}{rid}"
+
+    def parse_assign(self, key: str) -> tuple[str, str]:
+        worker_id, rid = self._split(self._strip(key, self.assign_prefix()), 2)
+        parse_run_id(rid)
+        return worker_id, rid
+
+    def load(self, worker_id: str) -> str:
+        return f"{self.prefix}load/{worker_id}"
+
+    def claims_prefix(self, partition: int | None = None) -> str:
+        base = f"{self.prefix}claims/"
+        return f"{base}{self._pp(partition)}/" if partition is not None else base
+
+    def claim(self, partition: int, rid: str) -> str:
+        return f"{self.claims_prefix(partition)}{rid}"
+
+    def parse_claim(self, key: str) -> tuple[int, str]:
+        pp, rid = self._split(self._strip(key, self.claims_prefix()), 2)
+        parse_run_id(rid)
+        return int(pp), rid
+
+    # -- ledger of skipped slots ----------------------------------------
+    def skips_prefix(self, job_id: str) -> str:
+        return f"{self.prefix}skips/{job_id}/"
+
+    def skip(self, job_id: str, first_slot_ms: int) -> str:
+        return f"{self.skips_prefix(job_id)}{first_slot_ms:0{SLOT_WIDTH}d}"
+
+    def parse_skip(self, key: str) -> tuple[str, int]:
+        job_id, first = self._split(self._strip(key, f"{self.prefix}skips/"), 2)
+        return job_id, int(first)
+
+    # -- API state -------------------------------------------------------
+    def token(self, token_hash: str) -> str:
+        return f"{self.prefix}tokens/{token_hash}"
+
+    def tokens_prefix(self) -> str:
+        return f"{self.prefix}tokens/"
+
+    def tenant(self, tenant: str) -> str:
+        return f"{self.prefix}tenants/{tenant}"
+
+    def idempotency(self, tenant: str, key_hash: str) -> str:
+        return f"{self.prefix}idem/{tenant}/{key_hash}"
+
+    # -- helpers ---------------------------------------------------------
+    @staticmethod
+    def _pp(partition: int) -> str:
+        if not 0 <= partition < MAX_PARTITIONS:
+            raise KeyError_(f"partition out of range: {partition}")
+        return f"{partition:0{PARTITION_WIDTH}d}"
+
+    @staticmethod
+    def _strip(key: str, prefix: str) -> str:
+        if not key.startswith(prefix):
+            raise KeyError_(f"{key!r} is not under {prefix!r}")
+        return key[len(prefix) :]
+
+    @staticmethod
+    def _split(rest: str, parts: int) -> list[str]:
+        pieces = rest.split("/", parts - 1)
+        if len(pieces) != parts or not all(pieces):
+            raise KeyError_(f"malformed key part {rest!r}")
+        return pieces

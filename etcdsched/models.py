@@ -1,0 +1,230 @@
+"""Records stored in etcd. Each is JSON with a schema version ``v`` so
+``etcdctl get --prefix /etcdsched/`` stays readable and old records can be
+migrated. The store hands these back together with their revisions."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from etcdsched.spec import JobSpec, Resources
+from etcdsched.statemachine import (
+    OUTCOME_STATES,
+    RunState,
+    retry_decision,
+    transition,
+)
+
+
+class Record(BaseModel):
+    """Base of everything stored: ignores unknown fields from newer versions."""
+
+    model_config = ConfigDict(extra="ignore")
+    v: int = 1
+
+
+class ClusterMeta(Record):
+    """Set once at cluster initialisation; ``partitions`` never changes."""
+
+    partitions: int = Field(ge=1, le=1000)
+    created_ms: int
+
+
+class JobRecord(Record):
+    """A job as stored: its spec plus lifecycle state.
+
+    ``version`` counts spec changes; runs snapshot the spec they were created
+    from, so an update affects future slots only."""
+
+    id: str
+    spec: JobSpec
+    state: Literal["active", "paused"] = "active"
+    version: int = 1
+    created_ms: int
+    updated_ms: int
+    anchor_ms: int = Field(description="Instant interval and 'now' triggers count from.")
+    paused_ms: int | None = None
+    manual_seq: int = Field(0, description="Counter for manually triggered runs.")
+
+
+class DueEntry(Record):
+    """A job's next slot in the due index. ``job_rev`` is the job key's
+    mod_revision the slot was computed from: firing compares it, so a slot
+    computed from an outdated spec is never fired."""
+
+    job_id: str
+    slot_ms: int
+    job_rev: int
+    fired: int = Field(0, description="Slots of this job fired so far (for max_runs).")
+    last_slot_ms: int | None = Field(None, description="The slot fired just before this one.")
+
+
+class Attempt(Record):
+    """One execution attempt of a run, with its own timing and outcome."""
+
+    number: int
+    worker: str
+    state: RunState = RunState.ASSIGNED
+    assigned_ms: int
+    started_ms: int | None = None
+    ended_ms: int | None = None
+    exit_code: int | None = None
+    pid: int | None = None
+    reason: str = ""
+
+
+class RunRecord(Record):
+    """A run: one slot of one job (or one manual trigger)."""
+
+    id: str
+    job_id: str
+    tenant: str
+    partition: int
+    slot_ms: int
+    not_before_ms: int
+    kind: Literal["scheduled", "manual", "backfill"] = "scheduled"
+    state: RunState = RunState.PENDING
+    attempt: int = 0
+    attempts: list[Attempt] = Field(default_factory=list)
+    spec: JobSpec
+    job_version: int
+    created_ms: int
+    updated_ms: int
+    retry_at_ms: int | None = None
+    cancel_requested: bool = False
+    reason: str = Field("", description="Why it is pending, skipped or ended as it did.")
+    coalesced: int = Field(0, description="Missed slots folded into this run (run_once).")
+    worker: str | None = None
+
+    @property
+    def current(self) -> Attempt | None:
+        return self.attempts[-1] if self.attempts else None
+
+
+def assign_attempt(run: RunRecord, worker: str, now_ms: int) -> RunRecord:
+    """pending -> assigned, opening attempt ``attempt + 1`` on ``worker``."""
+    number = run.attempt + 1
+    attempt = Attempt(number=number, worker=worker, assigned_ms=now_ms)
+    return transition(
+        run,
+        RunState.ASSIGNED,
+        now_ms,
+        attempt=number,
+        attempts=[*run.attempts, attempt],
+        worker=worker,
+        reason="",
+        retry_at_ms=None,
+    )
+
+
+def start_attempt(run: RunRecord, now_ms: int, pid: int | None) -> RunRecord:
+    """assigned -> running."""
+    current = _current(run).model_copy(
+        update={"state": RunState.RUNNING, "started_ms": now_ms, "pid": pid}
+    )
+    return transition(run, RunState.RUNNING, now_ms, attempts=[*run.attempts[:-1], current])
+
+
+def finish_attempt(
+    run: RunRecord,
+    outcome: str,
+    now_ms: int,
+    *,
+    exit_code: int | None = None,
+    reason: str = "",
+    next_slot_ms: int | None = None,
+) -> RunRecord:
+    """Close the current attempt with ``outcome`` and decide the run's next
+    state: ``retry_wait`` if the retry policy allows, else the terminal state."""
+    attempt_state = OUTCOME_STATES[outcome]
+    current = _current(run).model_copy(
+        update={
+            "state": attempt_state,
+            "ended_ms": now_ms,
+            "exit_code": exit_code,
+            "reason": reason,
+        }
+    )
+    retry_at = None
+    if outcome != "cancelled" and not run.cancel_requested:
+        retry_at = retry_decision(run, outcome, now_ms, next_slot_ms)
+    target = RunState.RETRY_WAIT if retry_at is not None else attempt_state
+    return transition(
+        run,
+        target,
+        now_ms,
+        attempts=[*run.attempts[:-1], current],
+        retry_at_ms=retry_at,
+        worker=None,
+        reason=reason,
+    )
+
+
+def _current(run: RunRecord) -> Attempt:
+    if run.current is None or run.current.number != run.attempt:
+        raise ValueError(f"run {run.id} has no open attempt")
+    return run.current
+
+
+class SkipRecord(Record):
+    """A range of slots that were deliberately not run, and why. One record
+    covers many slots, so a long pause costs one key, not thousands."""
+
+    job_id: str
+    first_slot_ms: int
+    last_slot_ms: int
+    count: int
+    reason: Literal[
+        "paused", "misfire", "overlap", "starting_deadline", "deleted", "dependency", "max_runs"
+    ]
+    detail: str = ""
+    created_ms: int
+
+
+class WorkerMember(Record):
+    """A live worker's advertisement (bound to its lease)."""
+
+    id: str
+    capacity: Resources
+    labels: dict[str, str] = Field(default_factory=dict)
+    host: str = ""
+    pid: int = 0
+    started_ms: int
+    draining: bool = False
+
+
+class SchedulerMember(Record):
+    """A live scheduler (bound to its lease)."""
+
+    id: str
+    host: str = ""
+    pid: int = 0
+    started_ms: int
+
+
+class OwnerRecord(Record):
+    """Who owns a partition. The key's create_revision is the fencing token."""
+
+    scheduler: str
+    since_ms: int
+
+
+class Assignment(Record):
+    """A run placed on a worker; the worker watches only its own assignments."""
+
+    run_id: str
+    attempt: int
+    not_before_ms: int
+    resources: Resources
+    cancel: bool = False
+
+
+class Claim(Record):
+    """A worker's claim on an executing attempt; bound to the worker's lease,
+    so it disappears when the worker does."""
+
+    run_id: str
+    worker: str
+    attempt: int
+    lease: int

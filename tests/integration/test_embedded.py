@@ -1,0 +1,82 @@
+"""Real etcd processes: start, health, pause, crash, fail-over and rejoin."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from etcdsched.embedded import (
+    EtcdCluster,
+    EtcdMember,
+    EtcdStartError,
+    EtcdTuning,
+    etcd_binary,
+    reserve_ports,
+)
+from tests.support.eventually import wait_until
+
+FAST = EtcdTuning(unsafe_no_fsync=True)
+
+
+def test_binaries_come_from_the_wheel() -> None:
+    for name in ("etcd", "etcdctl", "etcdutl"):
+        path = etcd_binary(name)
+        assert path.parent.name == "etcdbin"
+        assert os.access(path, os.X_OK)
+
+
+def test_session_etcd_answers_health(etcd_endpoints: list[str]) -> None:
+    with urllib.request.urlopen(f"http://{etcd_endpoints[0]}/health", timeout=2) as response:
+        assert json.load(response)["health"] == "true"
+
+
+def test_single_member_serves_pauses_and_resumes(tmp_path: Path) -> None:
+    with EtcdCluster(tmp_path, size=1, tuning=FAST) as cluster:
+        member = cluster.member(0)
+        assert member.healthy()
+        assert cluster.leader_index() == 0
+        assert member.status()["version"] == "3.5.1"
+        etcdctl = [str(etcd_binary("etcdctl")), "--endpoints", member.endpoint]
+        subprocess.run([*etcdctl, "put", "/k", "v"], check=True, capture_output=True)
+        got = subprocess.run([*etcdctl, "get", "/k", "--print-value-only"], check=True,
+                             capture_output=True, text=True)  # fmt: skip
+        assert got.stdout.strip() == "v"
+
+        member.pause()
+        assert member.alive and not member.healthy(timeout=0.2)
+        member.resume()
+        wait_until(member.healthy, timeout=5)
+    assert not member.alive
+
+
+def test_member_that_cannot_bind_reports_its_log(tmp_path: Path) -> None:
+    client_port, peer_port = reserve_ports(2)
+    with socket.create_server(("127.0.0.1", client_port)):
+        member = EtcdMember("busy", tmp_path / "busy.etcd", client_port, peer_port, tuning=FAST)
+        member.start()
+        with pytest.raises(EtcdStartError, match="address already in use"):
+            member.wait_ready(timeout=10)
+    assert not member.alive
+
+
+def test_cluster_survives_leader_crash(healthy_cluster3: EtcdCluster) -> None:
+    cluster = healthy_cluster3
+    old = cluster.wait_for_leader()
+    cluster.member(old).kill()
+    assert not cluster.member(old).alive
+
+    new = cluster.wait_for_leader(timeout=10, other_than=old)
+    survivors = [m for i, m in enumerate(cluster) if i != old]
+    for member in survivors:
+        wait_until(member.healthy, timeout=10, message=f"{member.name} healthy")
+
+    cluster.member(old).restart()
+    cluster.wait_healthy(timeout=10)
+    assert cluster.leader_index() in {new, *range(len(cluster.members))}
+    assert all(m.alive and m.healthy() for m in cluster)

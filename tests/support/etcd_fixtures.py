@@ -1,0 +1,77 @@
+"""Pytest plugin: real etcd servers for the tests.
+
+``etcd_endpoints`` is a single-member etcd started once per session (or the
+cluster given with ``--etcd host:port,...``); every test gets its own
+``key_prefix`` so tests never see each other's keys. ``etcd_cluster3`` is a
+3-member cluster for fail-over tests, started only if a test asks for it;
+fault tests that kill or stall members should take ``healthy_cluster3``,
+which repairs the cluster before handing it out.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from etcdsched.embedded import EtcdCluster, EtcdTuning
+
+_TEST_TUNING = EtcdTuning(unsafe_no_fsync=True)
+_CLUSTER3_FIXTURES = frozenset({"etcd_cluster3", "healthy_cluster3"})
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--etcd",
+        metavar="HOST:PORT,...",
+        default=None,
+        help="run against this existing etcd cluster instead of starting one",
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark tests that use the 3-member cluster, so ``-m "not cluster"`` skips them."""
+    for item in items:
+        if _CLUSTER3_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.cluster)
+
+
+def _parse_endpoints(option: str) -> list[str]:
+    endpoints = [part.strip().removeprefix("http://") for part in option.split(",")]
+    return [endpoint for endpoint in endpoints if endpoint]
+
+
+@pytest.fixture(scope="session")
+def etcd_endpoints(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[list[str]]:
+    """``["127.0.0.1:PORT", ...]`` of the session's etcd."""
+    option = request.config.getoption("--etcd")
+    if option:
+        yield _parse_endpoints(option)
+        return
+    base_dir = tmp_path_factory.mktemp("etcd")
+    with EtcdCluster(base_dir, size=1, tuning=_TEST_TUNING) as cluster:
+        yield cluster.endpoints
+
+
+@pytest.fixture(scope="session")
+def etcd_cluster3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluster]:
+    """A 3-member cluster of its own (never the ``--etcd`` one: tests kill members)."""
+    base_dir = tmp_path_factory.mktemp("etcd3")
+    with EtcdCluster(base_dir, size=3, tuning=_TEST_TUNING) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def healthy_cluster3(etcd_cluster3: EtcdCluster) -> EtcdCluster:
+    """``etcd_cluster3`` after resuming paused and restarting dead members."""
+    etcd_cluster3.heal()
+    return etcd_cluster3
+
+
+@pytest.fixture
+def key_prefix() -> str:
+    """A fresh namespace such as ``/t-1a2b3c4d/`` for this test's keys."""
+    return f"/t-{uuid.uuid4().hex[:8]}/"
