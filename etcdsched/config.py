@@ -1,0 +1,69 @@
+"""One typed config per process: ``ETCDSCHED_*`` environment variables,
+overridden by CLI flags. Services receive this object; there are no globals."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from etcdsched.etcd_store import EtcdOptions
+
+
+def default_member_id() -> str:
+    """Unique per process start: a restarted agent is a new member, so stale
+    assignments of its previous incarnation can never be mistaken for its own."""
+    return f"{socket.gethostname()[:40]}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+class Config(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="ETCDSCHED_", extra="ignore")
+
+    etcd: str = Field("127.0.0.1:2379", description="Comma-separated etcd endpoints.")
+    etcd_timeout: float = 5.0
+    etcd_ca_cert: Path | None = None
+    etcd_cert: Path | None = None
+    etcd_key: Path | None = None
+    etcd_user: str | None = None
+    etcd_password: str | None = None
+    prefix: str = "/etcdsched/"
+    partitions: int = Field(64, ge=1, le=1000, description="Used only at cluster init.")
+
+    member_id: str = Field(default_factory=default_member_id)
+    lease_ttl: int = Field(5, ge=2, le=300, description="Seconds; sessions of every role.")
+
+    # scheduler
+    lookahead_ms: int = Field(2000, ge=0, description="Fire slots this early (not-before).")
+    horizon_ms: int = Field(60_000, ge=1000, description="Due entries kept in memory.")
+    fire_batch: int = Field(64, ge=1, le=128)
+    reconcile_every: float = Field(5.0, gt=0)
+
+    # worker
+    worker_slots: int = Field(4, ge=0)
+    worker_cpu: float = Field(0.0, ge=0)
+    worker_memory_mb: int = Field(0, ge=0)
+    worker_gpu: int = Field(0, ge=0)
+    worker_labels: dict[str, str] = Field(default_factory=dict)
+    executor: str = Field("process", description="'process', or 'noop' for benchmarks.")
+    shutdown_grace: float = Field(30.0, ge=0)
+    log_dir: Path = Path(".etcdsched/logs")
+
+    # api
+    api_host: str = "127.0.0.1"
+    api_port: int = 8080
+    max_body_bytes: int = 1_048_576
+
+    def etcd_options(self) -> EtcdOptions:
+        return EtcdOptions(
+            endpoints=tuple(e.strip() for e in self.etcd.split(",") if e.strip()),
+            timeout=self.etcd_timeout,
+            ca_cert=self.etcd_ca_cert,
+            cert=self.etcd_cert,
+            key=self.etcd_key,
+            username=self.etcd_user,
+            password=self.etcd_password,
+        )
