@@ -5,6 +5,7 @@ Layout (under a configurable prefix, default ``/etcdsched/``)::
     meta/cluster                              cluster settings (partition count)
     jobs/<job>                                job spec + state
     due/<pp>/<slot_ms:14>/<job>               a job's next slot, per partition
+    nextdue/<job>                             copy of the job's due entry (finds it)
     runs/<job>/<seq>                          run record; seq = slot_ms:14 [-tag]
     active/<pp>/<job>/<seq>                   pointer to a non-terminal run
     queue/<pp>/<rank:3>/<not_before_ms:14>/<run>  runs waiting for placement
@@ -143,6 +144,11 @@ class Keys:
         rest = self._strip(key, f"{self.prefix}due/")
         pp, slot, job_id = self._split(rest, 3)
         return DueKey(int(pp), int(slot), job_id)
+
+    def due_pointer(self, job_id: str) -> str:
+        """Where a job's current due entry is: lifecycle operations find the
+        due key through this instead of scanning the index."""
+        return f"{self.prefix}nextdue/{job_id}"
 
     # -- runs ------------------------------------------------------------
     def runs_prefix(self, job_id: str | None = None) -> str:

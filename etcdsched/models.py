@@ -31,6 +31,16 @@ class ClusterMeta(Record):
     created_ms: int
 
 
+class ActivePointer(Record):
+    """Value of ``active/<pp>/<job>/<seq>``: enough for recovery to find runs
+    of a vanished worker and hung runs without reading every run."""
+
+    run_id: str
+    worker: str | None = None
+    attempt: int = 0
+    deadline_ms: int | None = None
+
+
 class JobRecord(Record):
     """A job as stored: its spec plus lifecycle state.
 
@@ -49,13 +59,19 @@ class JobRecord(Record):
 
 
 class DueEntry(Record):
-    """A job's next slot in the due index. ``job_rev`` is the job key's
-    mod_revision the slot was computed from: firing compares it, so a slot
-    computed from an outdated spec is never fired."""
+    """A job's next slot in the due index, carrying the spec snapshot the
+    scheduler needs to fire it without reading the job.
+
+    ``job_key_version`` is the etcd ``version`` of the job key the entry was
+    computed from: firing compares it, so a slot computed from an outdated
+    spec is never fired."""
 
     job_id: str
     slot_ms: int
-    job_rev: int
+    job_key_version: int
+    job_version: int
+    anchor_ms: int
+    spec: JobSpec
     fired: int = Field(0, description="Slots of this job fired so far (for max_runs).")
     last_slot_ms: int | None = Field(None, description="The slot fired just before this one.")
 
@@ -96,6 +112,7 @@ class RunRecord(Record):
     reason: str = Field("", description="Why it is pending, skipped or ended as it did.")
     coalesced: int = Field(0, description="Missed slots folded into this run (run_once).")
     worker: str | None = None
+    queue_key: str | None = Field(None, description="Its placement queue key while queued.")
 
     @property
     def current(self) -> Attempt | None:

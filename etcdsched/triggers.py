@@ -13,7 +13,8 @@ Conventions:
   ``end_at`` (no slot after, inclusive), ``max_runs`` (exposed only: the pure
   functions do not know how many runs have fired).
 * Datetimes must be RFC 3339 strings (or aware ``datetime``) with a UTC offset;
-  naive datetimes and bare numbers (seconds or milliseconds?) are rejected.
+  naive datetimes and bare numbers (ambiguous: seconds or milliseconds?) are
+  rejected.
   They become milliseconds by rounding down; ``start_at`` rounds up so that
   "no slot before" stays true.
 * ``IntervalTrigger.every`` dumps in JSON mode as the compact duration string of

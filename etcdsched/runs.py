@@ -1,0 +1,134 @@
+"""Building runs and the etcd operations that create, queue and end them.
+
+Shared by the scheduler (firing, retries), the job service (trigger now,
+backfill) and the worker (reports), so a run is written the same way
+whoever writes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from etcdsched.errors import NotFound
+from etcdsched.keys import Keys, partition_of, run_id, run_seq
+from etcdsched.models import ActivePointer, Assignment, RunRecord
+from etcdsched.spec import JobSpec
+from etcdsched.statemachine import RunState, transition
+from etcdsched.store import Cmp, Compare, Op, Ops, Store, Versioned
+from etcdsched.triggers import jitter_offset_ms
+
+RunKind = Literal["scheduled", "manual", "backfill"]
+
+
+@dataclass(frozen=True)
+class RunOrigin:
+    """What a new run is made from: a job's spec at one version."""
+
+    job_id: str
+    spec: JobSpec
+    job_version: int
+
+
+def new_run(
+    origin: RunOrigin,
+    slot_ms: int,
+    now_ms: int,
+    partitions: int,
+    *,
+    kind: RunKind = "scheduled",
+    tag: str | None = None,
+    coalesced: int = 0,
+    reason: str = "",
+) -> RunRecord:
+    """A pending run for ``slot_ms``; its not-before instant adds the job's
+    stable jitter so every scheduler computes the same one."""
+    jitter = jitter_offset_ms(
+        origin.job_id, slot_ms, int(origin.spec.jitter.total_seconds() * 1000)
+    )
+    return RunRecord(
+        id=run_id(origin.job_id, run_seq(slot_ms, tag)),
+        job_id=origin.job_id,
+        tenant=origin.spec.tenant,
+        partition=partition_of(origin.job_id, partitions),
+        slot_ms=slot_ms,
+        not_before_ms=slot_ms + jitter,
+        kind=kind,
+        spec=origin.spec,
+        job_version=origin.job_version,
+        created_ms=now_ms,
+        updated_ms=now_ms,
+        coalesced=coalesced,
+        reason=reason,
+    )
+
+
+class RunOps:
+    """Key-level operations on runs under one prefix."""
+
+    def __init__(self, keys: Keys) -> None:
+        self.keys = keys
+
+    def queue_key(self, run: RunRecord) -> str:
+        not_before = run.retry_at_ms if run.retry_at_ms is not None else run.not_before_ms
+        return self.keys.queue(run.partition, run.spec.priority, not_before, run.id)
+
+    def create(self, run: RunRecord) -> tuple[list[Compare], list[Op]]:
+        """Compare: the run key was never created (a slot becomes at most one
+        run). Ops: the run, its active pointer, its queue entry."""
+        queued = run.model_copy(update={"queue_key": self.queue_key(run)})
+        key = self.keys.run(run.id)
+        return [Cmp.absent(key)], [
+            Ops.put(key, queued),
+            Ops.put(self.keys.active(run.partition, run.id), ActivePointer(run_id=run.id)),
+            Ops.put(queued.queue_key or "", run.id.encode()),
+        ]
+
+    def requeue(self, run: RunRecord) -> tuple[RunRecord, list[Op]]:
+        """Put a retry_wait/pending run back in the placement queue."""
+        queued = run.model_copy(update={"queue_key": self.queue_key(run)})
+        return queued, [
+            Ops.put(self.keys.run(run.id), queued),
+            Ops.put(queued.queue_key or "", run.id.encode()),
+            Ops.put(self.keys.active(run.partition, run.id), ActivePointer(run_id=run.id)),
+        ]
+
+    def settle(self, run: RunRecord) -> list[Op]:
+        """Ops that store ``run`` after a state change: terminal runs leave
+        the active index and the queue; others keep a fresh pointer."""
+        ops = [Ops.put(self.keys.run(run.id), run)]
+        if run.state.terminal:
+            ops.append(Ops.delete(self.keys.active(run.partition, run.id)))
+            if run.queue_key:
+                ops.append(Ops.delete(run.queue_key))
+        return ops
+
+    def finish_ops(self, run: RunRecord, worker: str, partition: int) -> list[Op]:
+        """Ops after an attempt ended: store the run, drop the assignment;
+        a retry goes back to the queue at its retry instant."""
+        ops = [Ops.delete(self.keys.assign(worker, run.id))]
+        if run.state is RunState.RETRY_WAIT:
+            _, requeue = self.requeue(run)
+            return ops + requeue
+        return ops + self.settle(run)
+
+    async def load(self, store: Store, rid: str) -> Versioned[RunRecord]:
+        kv = await store.get(self.keys.run(rid))
+        if kv is None:
+            raise NotFound(f"run {rid} not found", field="run_id")
+        return kv.decode(RunRecord)
+
+    def cancel_pending(self, run: RunRecord, now_ms: int, reason: str) -> RunRecord:
+        return transition(run, RunState.CANCELLED, now_ms, reason=reason, retry_at_ms=None)
+
+    def cancel_assignment_op(self, run: RunRecord) -> Op:
+        """Tell the worker running ``run`` to stop it (it watches its assignments)."""
+        assert run.worker is not None and run.current is not None
+        assignment = Assignment(
+            run_id=run.id,
+            attempt=run.attempt,
+            not_before_ms=run.not_before_ms,
+            resources=run.spec.resources,
+            cancel=True,
+        )
+        return Ops.put(self.keys.assign(run.worker, run.id), assignment)
