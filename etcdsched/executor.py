@@ -1,0 +1,378 @@
+"""Starting and stopping a job's process (DESIGN §7).
+
+Every job runs in its own session, so its process group id is its pid and
+one ``killpg`` reaches everything it spawned that did not leave the group
+on purpose. The rules, in the spirit of systemd's ``KillMode=control-group``:
+
+* ``stop(grace)``: SIGTERM to the group, wait until the group is empty (or
+  ``grace`` passed), then SIGKILL to the group.
+* When the job's main process exits by itself, whatever it left running in
+  its group is stopped the same way, with the job's ``kill_grace``: a run
+  that is reported finished has no processes left behind.
+
+"Empty" ignores zombies: an orphan re-parented to an init that does not reap
+(a container's PID 1, some sandboxes) stays a zombie but runs no code.
+
+The executor never closes the :class:`~etcdsched.logstore.LogWriter`: the
+worker may append its own lines (why it stopped a job) after ``wait()``
+returns, and ``wait()`` returns only once the output pumps have drained.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Protocol
+
+from etcdsched.errors import InvalidInput
+from etcdsched.logstore import LogWriter
+from etcdsched.models import RunRecord
+from etcdsched.spec import CommandExecution, ContainerExecution
+
+log = logging.getLogger(__name__)
+
+ENV_PREFIX = "ETCDSCHED_"
+EXIT_NOT_FOUND = 127
+EXIT_NOT_EXECUTABLE = 126
+_GROUP_POLL = 0.05
+_DRAIN_TIMEOUT = 1.0
+_RUNTIME_CLEANUP_TIMEOUT = 10.0
+_CONTAINER_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+@dataclass(frozen=True)
+class ExitStatus:
+    """How the job's main process ended: ``exit_code`` when it exited,
+    ``signal`` (and no exit code) when a signal killed it."""
+
+    exit_code: int | None
+    signal: int | None = None
+
+    @classmethod
+    def from_returncode(cls, returncode: int) -> ExitStatus:
+        """asyncio reports death by signal N as returncode ``-N``."""
+        if returncode >= 0:
+            return cls(returncode, None)
+        return cls(None, -returncode)
+
+    @property
+    def succeeded(self) -> bool:
+        return self.exit_code == 0
+
+
+class Process(Protocol):
+    """A started job. ``pgid`` is what the watchdog is told to guard."""
+
+    @property
+    def pid(self) -> int | None: ...
+
+    @property
+    def pgid(self) -> int | None: ...
+
+    async def wait(self) -> ExitStatus:
+        """The main process's status, once it exited, its group is empty
+        (leftovers are stopped, see the module doc) and its output is in the log."""
+        ...
+
+    async def stop(self, grace: float) -> None:
+        """SIGTERM the group, wait up to ``grace`` s, SIGKILL the group.
+        Returns once the job has ended. Idempotent."""
+        ...
+
+    def kill_now(self) -> None:
+        """SIGKILL the group at once. Sync and cheap: safe in a signal
+        handler or a loop callback. A no-op once the job has ended."""
+        ...
+
+
+class Executor(Protocol):
+    """Starts the process of one attempt of a run, its output going to ``log``."""
+
+    async def start(
+        self, run: RunRecord, attempt: int, worker_id: str, log: LogWriter
+    ) -> Process: ...
+
+
+def job_environment(run: RunRecord, attempt: int, worker_id: str) -> dict[str, str]:
+    """The worker's environment, then the job's own ``env``, then the
+    ``ETCDSCHED_*`` run identity (which always wins).
+
+    The worker's own ``ETCDSCHED_*`` variables are its configuration (etcd
+    endpoints, credentials): they are not passed on to jobs."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
+    env.update(run.spec.execution.env)
+    env.update(run_identity(run, attempt, worker_id))
+    return env
+
+
+def run_identity(run: RunRecord, attempt: int, worker_id: str) -> dict[str, str]:
+    """What a job needs to make itself idempotent (DESIGN §2 promise 3)."""
+    scheduled = datetime.fromtimestamp(run.slot_ms / 1000, tz=UTC)
+    return {
+        "ETCDSCHED_JOB_ID": run.job_id,
+        "ETCDSCHED_RUN_ID": run.id,
+        "ETCDSCHED_ATTEMPT": str(attempt),
+        "ETCDSCHED_SCHEDULED_AT": scheduled.isoformat(timespec="milliseconds").replace(
+            "+00:00", "Z"
+        ),
+        "ETCDSCHED_SCHEDULED_AT_MS": str(run.slot_ms),
+        "ETCDSCHED_WORKER_ID": worker_id,
+    }
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) pids whose process group is ``pgid`` (Linux /proc)."""
+    if pgid <= 1 or not _signal_group(pgid, 0):
+        return []
+    members = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as file:
+                stat = file.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            members.append(int(name))
+    return members
+
+
+def _signal_group(pgid: int, signum: int) -> bool:
+    """``killpg`` that treats a vanished group as done; False if nothing was there."""
+    try:
+        os.killpg(pgid, signum)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        log.warning("not allowed to signal process group %d", pgid)
+        return False
+    return True
+
+
+class _GroupProcess:
+    """A job process started in its own session; see :class:`Process`."""
+
+    def __init__(
+        self,
+        proc: asyncio.subprocess.Process,
+        log: LogWriter,
+        kill_grace: float,
+        runtime_cleanup: list[str] | None = None,
+    ) -> None:
+        self._proc = proc
+        self.pid: int | None = proc.pid
+        self.pgid: int | None = proc.pid
+        self._terminated = False
+        self._runtime_cleanup = runtime_cleanup
+        pumps = [_pump(proc.stdout, log), _pump(proc.stderr, log)]
+        self._supervisor = asyncio.create_task(
+            self._supervise([asyncio.create_task(p) for p in pumps], kill_grace),
+            name=f"job-{proc.pid}",
+        )
+
+    async def wait(self) -> ExitStatus:
+        return await asyncio.shield(self._supervisor)
+
+    async def stop(self, grace: float) -> None:
+        if self._supervisor.done():
+            return
+        self._terminate()
+        try:
+            await asyncio.wait_for(asyncio.shield(self._supervisor), max(grace, 0.0))
+        except TimeoutError:
+            self.kill_now()
+            await asyncio.shield(self._supervisor)
+
+    def kill_now(self) -> None:
+        if not self._supervisor.done() and self.pgid is not None:
+            _signal_group(self.pgid, signal.SIGKILL)
+
+    def _terminate(self) -> None:
+        if not self._terminated and self.pgid is not None:
+            self._terminated = True
+            _signal_group(self.pgid, signal.SIGTERM)
+
+    async def _supervise(self, pumps: list[asyncio.Task[None]], grace: float) -> ExitStatus:
+        try:
+            returncode = await self._proc.wait()
+            await self._empty_group(grace)
+            await asyncio.wait(pumps, timeout=_DRAIN_TIMEOUT)
+        finally:
+            for pump in pumps:
+                pump.cancel()
+            await asyncio.gather(*pumps, return_exceptions=True)
+        status = ExitStatus.from_returncode(returncode)
+        if self._runtime_cleanup and (self._terminated or status.signal is not None):
+            await _run_quietly(self._runtime_cleanup)
+        return status
+
+    async def _empty_group(self, grace: float) -> None:
+        """After the main process exited: SIGTERM what is left of the group,
+        give it ``grace`` seconds, then SIGKILL."""
+        assert self.pgid is not None
+        if not group_members(self.pgid):
+            return
+        self._terminate()
+        deadline = time.monotonic() + grace
+        while group_members(self.pgid):
+            if time.monotonic() >= deadline:
+                _signal_group(self.pgid, signal.SIGKILL)
+                deadline = float("inf")  # now only wait for the kernel to finish them
+            await asyncio.sleep(_GROUP_POLL)
+
+
+class _EndedProcess:
+    """A job that never got a process (it could not start, or a no-op)."""
+
+    pid: int | None = None
+    pgid: int | None = None
+
+    def __init__(self, status: ExitStatus) -> None:
+        self._status = status
+
+    async def wait(self) -> ExitStatus:
+        return self._status
+
+    async def stop(self, grace: float) -> None:
+        return None
+
+    def kill_now(self) -> None:
+        return None
+
+
+async def _pump(reader: asyncio.StreamReader | None, log: LogWriter) -> None:
+    """Copy one pipe into the log, a whole line per write (longer lines than
+    the stream limit go in pieces)."""
+    if reader is None:
+        return
+    while True:
+        try:
+            data = await reader.readuntil(b"\n")
+        except asyncio.IncompleteReadError as eof:
+            if eof.partial:
+                log.write(eof.partial)
+            return
+        except asyncio.LimitOverrunError as overrun:
+            data = await reader.read(overrun.consumed)
+        log.write(data)
+
+
+async def _run_quietly(argv: list[str]) -> None:
+    """Best-effort helper command (container cleanup); failures are logged."""
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        await asyncio.wait_for(proc.wait(), _RUNTIME_CLEANUP_TIMEOUT)
+    except (OSError, TimeoutError) as error:
+        log.warning("%s failed: %s", shlex.join(argv), error)
+
+
+class ProcessExecutor:
+    """Runs commands (and containers, through the docker or podman CLI) as
+    local processes in their own session."""
+
+    async def start(
+        self, run: RunRecord, attempt: int, worker_id: str, log: LogWriter
+    ) -> Process:
+        env = job_environment(run, attempt, worker_id)
+        execution = run.spec.execution
+        grace = run.spec.kill_grace.total_seconds()
+        if isinstance(execution, ContainerExecution):
+            argv, name = container_command(execution, run, attempt, worker_id)
+            return await self._spawn(argv, env, None, log, grace, [argv[0], "rm", "-f", name])
+        return await self._spawn(command_argv(execution), env, execution.cwd, log, grace)
+
+    async def _spawn(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: str | None,
+        log: LogWriter,
+        grace: float,
+        runtime_cleanup: list[str] | None = None,
+    ) -> Process:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+                cwd=cwd,
+                start_new_session=True,
+            )
+        except OSError as error:
+            return _failed_start(argv, cwd, error, log)
+        return _GroupProcess(proc, log, grace, runtime_cleanup)
+
+
+def _failed_start(argv: list[str], cwd: str | None, error: OSError, log: LogWriter) -> Process:
+    """A program that cannot be started is the job's failure, not the
+    worker's: it ends like a shell would report it (127, or 126)."""
+    code = EXIT_NOT_EXECUTABLE if isinstance(error, PermissionError) else EXIT_NOT_FOUND
+    where = f" in {cwd}" if cwd else ""
+    reason = error.strerror or str(error)
+    log.write(f"etcdsched: cannot start {shlex.join(argv)}{where}: {reason}\n".encode())
+    return _EndedProcess(ExitStatus(code, None))
+
+
+def command_argv(execution: CommandExecution) -> list[str]:
+    """The argv to exec. With ``shell``, a single element is the script
+    itself; several are quoted back into one command line."""
+    if not execution.shell:
+        return list(execution.argv)
+    script = execution.argv[0] if len(execution.argv) == 1 else shlex.join(execution.argv)
+    return ["/bin/sh", "-c", script]
+
+
+def container_command(
+    execution: ContainerExecution, run: RunRecord, attempt: int, worker_id: str
+) -> tuple[list[str], str]:
+    """``<runtime> run --rm --name <name> -e K ... image args`` and the name.
+
+    Variables are passed as ``-e K`` (the runtime CLI copies the value from
+    its own environment, which is the job environment): values, secrets
+    included, never show up in ``ps``. Only the job's ``env`` and the
+    ``ETCDSCHED_*`` identity enter the container, not the worker's environment.
+    """
+    runtime = find_container_runtime(execution.runtime)
+    safe_id = _CONTAINER_NAME_UNSAFE.sub("_", run.id)
+    name = f"etcdsched-{safe_id}-{attempt}"
+    keys = {**execution.env, **run_identity(run, attempt, worker_id)}
+    env_flags = [flag for key in keys for flag in ("-e", key)]
+    argv = [runtime, "run", "--rm", "--name", name, *env_flags, execution.image, *execution.args]
+    return argv, name
+
+
+def find_container_runtime(runtime: str) -> str:
+    candidates = ["docker", "podman"] if runtime == "auto" else [runtime]
+    for candidate in candidates:
+        path = shutil.which(candidate)
+        if path:
+            return path
+    raise InvalidInput(
+        "no container runtime (docker or podman) on this worker", field="execution.runtime"
+    )
+
+
+class NoopExecutor:
+    """For benchmarks only: "starts" a job instantly, runs nothing, and
+    reports exit code 0. No process, so ``pid``/``pgid`` are None and the
+    watchdog has nothing to guard. Never use it to run real jobs."""
+
+    async def start(
+        self, run: RunRecord, attempt: int, worker_id: str, log: LogWriter
+    ) -> Process:
+        return _EndedProcess(ExitStatus(0, None))

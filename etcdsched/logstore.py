@@ -1,0 +1,263 @@
+"""Where run logs live (DESIGN §9). etcd holds no log bodies.
+
+A log belongs to one *attempt* of a run: a retry gets a fresh log, so a
+reader can tell which execution printed what. :class:`LogStore` is the
+interface the worker (writes), the API (reads, follows) and retention
+(archives, deletes) use; :class:`DirLogStore` keeps everything under one
+directory, which suits ``etcdsched up`` and a shared volume::
+
+    <root>/<job_id>/archive.jsonl                  finished runs pruned from etcd
+    <root>/<job_id>/<run_seq>/attempt-<n>.log      raw bytes, stdout and stderr interleaved
+    <root>/<job_id>/<run_seq>/attempt-<n>.done     written when the writer closes
+
+The ``.done`` marker is what makes a log *complete*: a reader that sees it
+before reading knows no byte will follow. An attempt whose worker died never
+gets a marker, so whoever follows such a log must stop on the run record's
+state, not on the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shutil
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from etcdsched.errors import InvalidInput, NotFound
+from etcdsched.keys import KeyError_, parse_run_id, validate_job_id
+
+READ_LIMIT = 1 << 20
+"""Default and maximum number of bytes one :meth:`LogStore.read` returns."""
+FOLLOW_INTERVAL = 0.1
+ARCHIVE_NAME = "archive.jsonl"
+_ATTEMPT_LOG = re.compile(r"^attempt-([1-9][0-9]{0,8})\.log$")
+
+Poll = Callable[[float], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class LogChunk:
+    """A slice of one attempt's log.
+
+    ``next_offset`` is where the next read continues; ``complete`` is true
+    when the writer has closed and this chunk reaches the end of the log.
+    """
+
+    data: bytes
+    next_offset: int
+    complete: bool
+    attempt: int
+
+
+class LogWriter(Protocol):
+    """Appends one attempt's output. Each ``write`` lands whole (the stdout
+    and stderr pumps write whole lines), in call order, and is visible to
+    readers at once. ``close`` marks the log complete; it is idempotent."""
+
+    def write(self, data: bytes) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class LogStore(Protocol):
+    """Log bodies of run attempts, addressed by run id and attempt number.
+
+    Run ids are validated (``<job>@<seq>``); anything else is refused with
+    :class:`~etcdsched.errors.InvalidInput`, so a caller can pass ids from
+    requests straight through.
+    """
+
+    def open_writer(self, run_id: str, attempt: int) -> LogWriter:
+        """Create (or reopen, appending) the log of ``attempt``; it counts as
+        incomplete until the writer is closed."""
+        ...
+
+    async def read(
+        self, run_id: str, attempt: int | None = None, offset: int = 0, limit: int = READ_LIMIT
+    ) -> LogChunk:
+        """Up to ``limit`` bytes from ``offset``. ``attempt=None`` reads the
+        latest attempt that has a log. Raises ``NotFound`` if there is none."""
+        ...
+
+    def follow(
+        self,
+        run_id: str,
+        attempt: int | None = None,
+        offset: int = 0,
+        poll: Poll = asyncio.sleep,
+    ) -> AsyncIterator[bytes]:
+        """Yield the log from ``offset`` as it grows, until it is complete.
+        ``poll(seconds)`` is awaited between looks when nothing new arrived."""
+        ...
+
+    async def attempts(self, run_id: str) -> list[int]:
+        """Attempt numbers that have a log, ascending (empty if none)."""
+        ...
+
+    async def archive(self, job_id: str, lines: list[str]) -> None:
+        """Append JSON lines (one record each, without newlines) to the job's archive."""
+        ...
+
+    async def delete(self, run_id: str) -> None:
+        """Remove every attempt's log of a run; a run without logs is fine."""
+        ...
+
+
+class DirLogWriter:
+    """Appends to one attempt's file; see :class:`LogWriter`.
+
+    The file is opened unbuffered with ``O_APPEND`` and each write is one
+    ``write(2)`` under a lock, so lines of the two pumps never interleave
+    inside a line and a follower sees data as soon as it is written.
+    Writes block the caller briefly (a local file); they are not awaited.
+    """
+
+    def __init__(self, path: Path, done: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        done.unlink(missing_ok=True)  # reopened: the log is live again
+        self._file = open(path, "ab", buffering=0)  # noqa: SIM115 (closed by close())
+        self._done = done
+        self._lock = threading.Lock()
+
+    @property
+    def closed(self) -> bool:
+        return self._file.closed
+
+    def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        with self._lock:
+            if self._file.closed:
+                raise ValueError("log writer is closed")
+            while view:
+                view = view[self._file.write(view) :]
+
+    def close(self) -> None:
+        with self._lock:
+            if self._file.closed:
+                return
+            self._file.close()
+            self._done.touch()
+
+
+class DirLogStore:
+    """A :class:`LogStore` in a local (or shared) directory; layout in the module doc."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self._archive_lock = threading.Lock()
+
+    def open_writer(self, run_id: str, attempt: int) -> DirLogWriter:
+        log, done = self._attempt_paths(run_id, attempt)
+        return DirLogWriter(log, done)
+
+    async def read(
+        self, run_id: str, attempt: int | None = None, offset: int = 0, limit: int = READ_LIMIT
+    ) -> LogChunk:
+        if offset < 0:
+            raise InvalidInput("offset must not be negative", field="offset")
+        if limit < 1:
+            raise InvalidInput("limit must be positive", field="limit")
+        if attempt is None:
+            attempt = await self._latest_attempt(run_id)
+        log, done = self._attempt_paths(run_id, attempt)
+        return _read_chunk(log, done, attempt, offset, min(limit, READ_LIMIT))
+
+    async def follow(
+        self,
+        run_id: str,
+        attempt: int | None = None,
+        offset: int = 0,
+        poll: Poll = asyncio.sleep,
+    ) -> AsyncIterator[bytes]:
+        chunk = await self.read(run_id, attempt, offset)
+        while True:
+            if chunk.data:
+                yield chunk.data
+            if chunk.complete:
+                return
+            if len(chunk.data) < READ_LIMIT:
+                await poll(FOLLOW_INTERVAL)
+            chunk = await self.read(run_id, chunk.attempt, chunk.next_offset)
+
+    async def attempts(self, run_id: str) -> list[int]:
+        run_dir = self._run_dir(run_id)
+        try:
+            names = os.listdir(run_dir)
+        except FileNotFoundError:
+            return []
+        found = (_ATTEMPT_LOG.match(name) for name in names)
+        return sorted(int(match.group(1)) for match in found if match)
+
+    async def archive(self, job_id: str, lines: list[str]) -> None:
+        if any("\n" in line or "\r" in line for line in lines):
+            raise InvalidInput("archive lines must not contain newlines", field="lines")
+        if not lines:
+            return
+        path = self._job_dir(job_id) / ARCHIVE_NAME
+        payload = "".join(f"{line}\n" for line in lines).encode()
+        with self._archive_lock:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "ab", buffering=0) as file:
+                file.write(payload)
+
+    async def delete(self, run_id: str) -> None:
+        shutil.rmtree(self._run_dir(run_id), ignore_errors=True)
+
+    async def _latest_attempt(self, run_id: str) -> int:
+        numbers = await self.attempts(run_id)
+        if not numbers:
+            raise NotFound(f"run {run_id} has no log", field="run_id")
+        return numbers[-1]
+
+    def _attempt_paths(self, run_id: str, attempt: int) -> tuple[Path, Path]:
+        if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
+            raise InvalidInput("attempt must be a positive integer", field="attempt")
+        run_dir = self._run_dir(run_id)
+        return run_dir / f"attempt-{attempt}.log", run_dir / f"attempt-{attempt}.done"
+
+    def _run_dir(self, run_id: str) -> Path:
+        try:
+            ref = parse_run_id(run_id)
+        except KeyError_ as error:
+            raise InvalidInput(str(error), field="run_id") from error
+        return self._inside_root(ref.job_id, ref.seq)
+
+    def _job_dir(self, job_id: str) -> Path:
+        try:
+            validate_job_id(job_id)
+        except KeyError_ as error:
+            raise InvalidInput(str(error), field="job_id") from error
+        return self._inside_root(job_id)
+
+    def _inside_root(self, *parts: str) -> Path:
+        """Belt and braces against path traversal: the id patterns already
+        forbid ``/`` and a leading dot; refuse dot segments and anything that
+        would resolve outside the root anyway."""
+        for part in parts:
+            if part in ("", ".", "..") or "/" in part or "\\" in part or "\0" in part:
+                raise InvalidInput(f"invalid path component {part!r}", field="run_id")
+        path = self.root.joinpath(*parts)
+        root = self.root.resolve()
+        if not path.resolve().is_relative_to(root) or path.resolve() == root:
+            raise InvalidInput("path escapes the log directory", field="run_id")
+        return path
+
+
+def _read_chunk(log: Path, done: Path, attempt: int, offset: int, limit: int) -> LogChunk:
+    """Check the done marker *before* reading: if it was there, the file
+    had stopped growing, so reaching its end means the log is complete."""
+    closed = done.exists()
+    try:
+        with open(log, "rb") as file:
+            size = os.fstat(file.fileno()).st_size
+            file.seek(offset)
+            data = file.read(limit) if offset < size else b""
+    except FileNotFoundError:
+        raise NotFound(f"no log for attempt {attempt}", field="attempt") from None
+    next_offset = offset + len(data)
+    return LogChunk(data, next_offset, closed and next_offset >= size, attempt)
