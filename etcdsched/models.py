@@ -167,6 +167,8 @@ def finish_attempt(
     if outcome != "cancelled" and not run.cancel_requested:
         retry_at = retry_decision(run, outcome, now_ms, next_slot_ms)
     target = RunState.RETRY_WAIT if retry_at is not None else attempt_state
+    if run.cancel_requested and outcome != "succeeded":
+        target = RunState.CANCELLED  # a requested cancel wins over how the attempt ended
     return transition(
         run,
         target,

@@ -57,9 +57,7 @@ def _advance(entry: DueEntry, last_ms: int, fired_now: int) -> DueEntry | None:
     return entry.model_copy(update={"slot_ms": slot, "fired": fired, "last_slot_ms": last_ms})
 
 
-def _plan_misfire(
-    entry: DueEntry, now_ms: int
-) -> tuple[list[PlannedRun], list[SkipRecord], int]:
+def _plan_misfire(entry: DueEntry, now_ms: int) -> tuple[list[PlannedRun], list[SkipRecord], int]:
     spec, trigger, anchor = entry.spec, entry.spec.trigger, entry.anchor_ms
     policy = spec.misfire
     missed = count_slots_between(trigger, entry.slot_ms - 1, now_ms, anchor, COUNT_CAP)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from etcdsched.errors import NotFound
+from etcdsched.errors import Conflict, NotFound
 from etcdsched.keys import Keys, partition_of, run_id, run_seq
 from etcdsched.models import ActivePointer, Assignment, RunRecord
 from etcdsched.spec import JobSpec
@@ -132,3 +132,33 @@ class RunOps:
             cancel=True,
         )
         return Ops.put(self.keys.assign(run.worker, run.id), assignment)
+
+
+async def cancel_run(store: Store, keys: Keys, rid: str, now_ms: int, reason: str) -> RunRecord:
+    """Cancel a run. Pending or retry_wait: cancelled at once (compare: the run
+    is unchanged). Assigned or running: ``cancel_requested`` is set and the
+    worker's assignment is flagged (compares: run unchanged, assignment still
+    there); the worker stops the process and reports ``cancelled``."""
+    ops = RunOps(keys)
+    for _ in range(5):
+        current = await ops.load(store, rid)
+        run = current.value
+        guard = Cmp.mod(current.key, current.mod_revision)
+        if run.state.terminal or run.cancel_requested:
+            return run
+        if run.state in (RunState.PENDING, RunState.RETRY_WAIT):
+            cancelled = ops.cancel_pending(run, now_ms, reason)
+            if (await store.txn([guard], ops.settle(cancelled))).succeeded:
+                return cancelled
+            continue
+        flagged = run.model_copy(update={"cancel_requested": True, "updated_ms": now_ms})
+        assign_key = keys.assign(run.worker or "", run.id)
+        result = await store.txn(
+            [guard, Cmp.exists(assign_key)],
+            [Ops.put(current.key, flagged), ops.cancel_assignment_op(flagged)],
+        )
+        if result.succeeded:
+            return flagged
+        if (await store.txn([guard], [Ops.put(current.key, flagged)])).succeeded:
+            return flagged  # no assignment left: recovery will end it as cancelled
+    raise Conflict(f"run {rid} keeps changing; retry the cancel", field="run_id")

@@ -8,7 +8,11 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 import pytest_asyncio
 
-pytest_plugins = ["tests.support.etcd_fixtures", "tests.support.store_fixtures"]
+pytest_plugins = [
+    "tests.support.etcd_fixtures",
+    "tests.support.store_fixtures",
+    "tests.support.services",
+]
 
 # How long a finished test's tasks get to wind down before they count as leaked.
 _SETTLE_CYCLES = 20

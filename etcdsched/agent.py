@@ -1,0 +1,141 @@
+"""An agent process: any subset of the roles scheduler, worker and api,
+sharing one etcd connection. ``etcdsched up`` is an agent with all roles on
+top of a private single-member etcd.
+
+SIGTERM/SIGINT stop the agent gracefully: the worker drains (takes nothing
+new, lets running attempts finish within ``shutdown_grace``, hands back the
+rest), then the scheduler and API stop and the sessions are revoked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from pathlib import Path
+
+from etcdsched.clock import SystemClock
+from etcdsched.config import Config
+from etcdsched.embedded import EtcdMember, EtcdTuning
+from etcdsched.etcd_store import EtcdStore
+from etcdsched.executor import Executor, NoopExecutor, ProcessExecutor
+from etcdsched.keys import Keys
+from etcdsched.logstore import DirLogStore
+from etcdsched.scheduler import SchedulerService, ensure_cluster
+from etcdsched.worker import WorkerService
+
+log = logging.getLogger(__name__)
+ROLES = frozenset({"scheduler", "worker", "api"})
+UP_CLIENT_PORT = 2379
+UP_PEER_PORT = 2380
+
+
+def make_executor(name: str) -> Executor:
+    """``noop`` exists for benchmarks only: it starts nothing and succeeds."""
+    return NoopExecutor() if name == "noop" else ProcessExecutor()
+
+
+async def run_agent(config: Config, roles: set[str], stop: asyncio.Event | None = None) -> None:
+    """Run the roles until ``stop`` is set or SIGTERM/SIGINT arrives."""
+    unknown = roles - ROLES
+    if unknown or not roles:
+        raise ValueError(f"roles must be a non-empty subset of {sorted(ROLES)}")
+    stop = stop or _stop_on_signals()
+    store = await EtcdStore.connect(config.etcd_options())
+    keys, clock = Keys(config.prefix), SystemClock()
+    try:
+        meta = await ensure_cluster(store, keys, config.partitions, clock.now_ms())
+        logs = DirLogStore(config.log_dir)
+        worker = None
+        tasks: list[asyncio.Task[None]] = []
+        if "scheduler" in roles:
+            scheduler = SchedulerService(config, store, keys, clock)
+            tasks.append(asyncio.create_task(scheduler.run(), name="scheduler"))
+        if "worker" in roles:
+            worker = WorkerService(config, store, keys, clock, make_executor(config.executor), logs)
+            tasks.append(asyncio.create_task(worker.run(), name="worker"))
+        runner = None
+        if "api" in roles:
+            from etcdsched.api.app import serve_api
+
+            runner = await serve_api(config, store, keys, clock, meta.partitions, logs)
+        log.info("agent %s running roles %s", config.member_id, sorted(roles))
+        await _until_stopped(stop, tasks)
+        if worker is not None:
+            await worker.drain()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if runner is not None:
+            await runner.cleanup()
+    finally:
+        await store.close()
+
+
+async def _until_stopped(stop: asyncio.Event, tasks: list[asyncio.Task[None]]) -> None:
+    """Wait for the stop signal; a role that crashes stops the agent."""
+    waiter = asyncio.create_task(stop.wait())
+    done, _ = await asyncio.wait([waiter, *tasks], return_when="FIRST_COMPLETED")
+    waiter.cancel()
+    for task in done:
+        if task is not waiter and task.exception() is not None:
+            log.error("role %s crashed", task.get_name(), exc_info=task.exception())
+
+
+def _stop_on_signals() -> asyncio.Event:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signum, stop.set)
+    return stop
+
+
+def start_embedded_etcd(data_dir: Path) -> EtcdMember:
+    """The private single-member etcd of ``etcdsched up``, on fixed loopback
+    ports so a restart finds its data and its peers' URLs unchanged."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    member = EtcdMember(
+        "etcdsched",
+        data_dir / "etcd",
+        UP_CLIENT_PORT,
+        UP_PEER_PORT,
+        tuning=EtcdTuning(auto_compaction_retention=10_000, quota_backend_bytes=4 * 1024**3),
+    )
+    member.start()
+    member.wait_ready(timeout=30)
+    return member
+
+
+async def run_up(config: Config, data_dir: Path, etcd: str | None = None) -> None:
+    """``etcdsched up``: embedded etcd (unless ``etcd`` names a cluster), an
+    admin token on first start (written to ``<data_dir>/admin.token``), and
+    one agent with every role."""
+    member = None
+    if etcd is None:
+        member = start_embedded_etcd(data_dir)
+        etcd = member.endpoint
+    config = config.model_copy(update={"etcd": etcd, "log_dir": data_dir / "logs"})
+    try:
+        await _ensure_admin_token(config, data_dir)
+        await run_agent(config, set(ROLES))
+    finally:
+        if member is not None:
+            member.stop()
+
+
+async def _ensure_admin_token(config: Config, data_dir: Path) -> None:
+    token_file = data_dir / "admin.token"
+    if token_file.exists():
+        return
+    from etcdsched.api.auth import create_admin_token
+
+    store = await EtcdStore.connect(config.etcd_options())
+    try:
+        secret = await create_admin_token(store, Keys(config.prefix))
+    finally:
+        await store.close()
+    token_file.write_text(secret + "\n")
+    token_file.chmod(0o600)
+    log.info("admin token written to %s", token_file)

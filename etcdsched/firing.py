@@ -1,0 +1,320 @@
+"""Firing the due slots of one owned partition.
+
+The partition's due entries up to a horizon live in memory (listed, then
+watched, re-listed as the horizon moves). Entries due within the lookahead
+are fired in batches: one transaction per batch whose compares are, per
+entry, *the due entry is unchanged* (``mod`` of its key), *the job is the
+version the entry was computed from* (``version`` of the job key), *the run
+does not exist* (``create_revision == 0``) and, for overlap ``skip``, *the job
+has no active run* (empty ``active/<pp>/<job>/``); plus once per batch *we
+still own the partition* (owner key ``create_revision`` = our token). When a
+batch fails, entries are retried one by one against fresh reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+
+from etcdsched.cache import PrefixCache
+from etcdsched.clock import Clock
+from etcdsched.errors import OutcomeUnknown, OwnershipLost
+from etcdsched.keys import Keys
+from etcdsched.models import ActivePointer, DueEntry, SkipRecord
+from etcdsched.ownership import Ownership
+from etcdsched.planning import plan_fire
+from etcdsched.runs import RunOps, RunOrigin, new_run
+from etcdsched.store import KV, Cmp, Compare, Op, Ops, Store
+
+log = logging.getLogger(__name__)
+MAX_TXN_OPS = 120  # etcd refuses more than --max-txn-ops (default 128) per branch
+
+
+@dataclass
+class EntryWrite:
+    """The compares and ops that fire one due entry."""
+
+    compares: list[Compare] = field(default_factory=list)
+    ops: list[Op] = field(default_factory=list)
+    created: list[str] = field(default_factory=list)
+    cancel_after: list[str] = field(default_factory=list)
+    next_kv: tuple[str, DueEntry] | None = None
+
+
+@dataclass
+class FireStats:
+    fired: int = 0
+    skipped: int = 0
+    batches: int = 0
+    conflicts: int = 0
+
+
+class PartitionFirer:
+    def __init__(
+        self,
+        partition: int,
+        store: Store,
+        keys: Keys,
+        clock: Clock,
+        ownership: Ownership,
+        active: PrefixCache,
+        partitions: int,
+        lookahead_ms: int,
+        horizon_ms: int,
+        batch: int,
+    ) -> None:
+        self.partition = partition
+        self.store = store
+        self.keys = keys
+        self.clock = clock
+        self.ownership = ownership
+        self.active = active
+        self.partitions = partitions
+        self.lookahead_ms = lookahead_ms
+        self.horizon_ms = horizon_ms
+        self.batch = batch
+        self.runs = RunOps(keys)
+        self.stats = FireStats()
+        self._horizon_until = 0
+        self.due = PrefixCache(
+            store,
+            clock,
+            keys.due_prefix(partition),
+            relist_every=max(1.0, horizon_ms / 2000),
+            keep=self._within_horizon,
+        )
+        self.cancel_requests: list[str] = []
+
+    def _within_horizon(self, key: str) -> bool:
+        if not self.due.ready.is_set():
+            self._horizon_until = self.clock.now_ms() + self.horizon_ms
+        return self.keys.parse_due(key).slot_ms <= self._horizon_until
+
+    # -- one step ----------------------------------------------------------
+    def ready_entries(self, now_ms: int) -> list[KV]:
+        """Due entries to fire now (slot within the lookahead), in slot order."""
+        limit = self.keys.due_until(self.partition, now_ms + self.lookahead_ms)
+        return sorted((kv for k, kv in self.due.items.items() if k < limit), key=lambda kv: kv.key)
+
+    def earliest_ms(self) -> int | None:
+        if not self.due.items:
+            return None
+        return self.keys.parse_due(min(self.due.items)).slot_ms
+
+    async def fire_due(self, now_ms: int) -> int:
+        """Fire every ready entry; returns how many entries were handled."""
+        ready = self.ready_entries(now_ms)
+        chunk: list[tuple[KV, EntryWrite]] = []
+        size = 0
+        active_by_job = self._active_by_job()
+        for kv in ready:
+            write = self._entry_write(kv, now_ms, active_by_job)
+            weight = max(len(write.ops), len(write.compares))
+            if chunk and (size + weight > MAX_TXN_OPS or len(chunk) >= self.batch):
+                await self._commit(chunk, now_ms)
+                chunk, size = [], 0
+            chunk.append((kv, write))
+            size += weight
+        if chunk:
+            await self._commit(chunk, now_ms)
+        return len(ready)
+
+    def _active_by_job(self) -> dict[str, list[ActivePointer]]:
+        grouped: dict[str, list[ActivePointer]] = {}
+        for key, kv in self.active.items.items():
+            _, ref = self.keys.parse_active(key)
+            grouped.setdefault(ref.job_id, []).append(kv.decode(ActivePointer).value)
+        return grouped
+
+    def _entry_write(
+        self, kv: KV, now_ms: int, active_by_job: dict[str, list[ActivePointer]]
+    ) -> EntryWrite:
+        entry = kv.decode(DueEntry).value
+        plan = plan_fire(entry, now_ms)
+        job_key = self.keys.job(entry.job_id)
+        write = EntryWrite(
+            compares=[
+                Compare(kv.key, "mod", "==", kv.mod_revision),
+                Compare(job_key, "version", "==", entry.job_key_version),
+            ]
+        )
+        origin = RunOrigin(entry.job_id, entry.spec, entry.job_version)
+        active = list(active_by_job.get(entry.job_id, []))
+        skips = list(plan.skips)
+        for planned in plan.runs:
+            run = new_run(
+                origin,
+                planned.slot_ms,
+                now_ms,
+                self.partitions,
+                coalesced=planned.coalesced,
+                reason=planned.reason,
+            )
+            verdict = self._overlap(entry, active)
+            if verdict == "skip":
+                skips.append(self._overlap_skip(entry, planned.slot_ms, now_ms))
+                continue
+            compares, ops = self.runs.create(run)
+            if entry.spec.overlap == "skip":
+                prefix = self.keys.active_prefix(self.partition, entry.job_id)
+                compares.append(Cmp.prefix_empty(prefix))
+            if verdict == "cancel":
+                write.cancel_after += [p.run_id for p in active]
+            write.compares += compares
+            write.ops += ops
+            write.created.append(run.id)
+            active.append(ActivePointer(run_id=run.id))
+        write.ops += [Ops.put(self.keys.skip(s.job_id, s.first_slot_ms), s) for s in skips]
+        self.stats.skipped += sum(s.count for s in skips)
+        write.ops += self._due_ops(kv, entry, plan.next_entry, write)
+        return write
+
+    @staticmethod
+    def _overlap(entry: DueEntry, active: list[ActivePointer]) -> str:
+        """``create``, ``skip`` or ``cancel`` (create and cancel the others)."""
+        policy = entry.spec.overlap
+        if not active or policy == "allow":
+            return "create"
+        if policy == "skip":
+            return "skip"
+        if policy == "cancel_previous":
+            return "cancel"
+        waiting = [p for p in active if p.worker is None]
+        return "skip" if waiting else "create"  # queue_one: at most one waits
+
+    @staticmethod
+    def _overlap_skip(entry: DueEntry, slot_ms: int, now_ms: int) -> SkipRecord:
+        return SkipRecord(
+            job_id=entry.job_id,
+            first_slot_ms=slot_ms,
+            last_slot_ms=slot_ms,
+            count=1,
+            reason="overlap",
+            detail=f"overlap policy {entry.spec.overlap}: a previous run is still active",
+            created_ms=now_ms,
+        )
+
+    def _due_ops(
+        self, kv: KV, entry: DueEntry, nxt: DueEntry | None, write: EntryWrite
+    ) -> list[Op]:
+        pointer = self.keys.due_pointer(entry.job_id)
+        ops = [Ops.delete(kv.key)]
+        if nxt is None:
+            return [*ops, Ops.delete(pointer)]
+        next_key = self.keys.due(self.partition, nxt.slot_ms, nxt.job_id)
+        write.next_kv = (next_key, nxt)
+        return [*ops, Ops.put(next_key, nxt), Ops.put(pointer, nxt)]
+
+    # -- committing ----------------------------------------------------------
+    async def _commit(self, chunk: list[tuple[KV, EntryWrite]], now_ms: int) -> None:
+        guard = self.ownership.guard(self.partition)
+        compares = [guard] + [c for _, w in chunk for c in w.compares]
+        ops = [o for _, w in chunk for o in w.ops]
+        self.stats.batches += 1
+        try:
+            result = await self.store.txn(compares, ops, [Ops.get(guard.key)])
+        except OutcomeUnknown:
+            await self._one_by_one(chunk, now_ms)
+            return
+        if result.succeeded:
+            self._applied(chunk, result.revision)
+            return
+        self._check_owner(result.responses[0] if result.responses else [], guard)
+        if len(chunk) > 1:
+            await self._one_by_one(chunk, now_ms)
+        else:
+            await self._resolve_single(chunk[0][0])
+
+    def _check_owner(self, owner_kvs: list[KV], guard: Compare) -> None:
+        if not owner_kvs or owner_kvs[0].create_revision != guard.operand:
+            self.ownership.tokens.pop(self.partition, None)
+            raise OwnershipLost(f"partition {self.partition} was taken over")
+
+    async def _one_by_one(self, chunk: list[tuple[KV, EntryWrite]], now_ms: int) -> None:
+        self.stats.conflicts += 1
+        for kv, _ in chunk:
+            fresh = await self.store.get(kv.key)
+            if fresh is None or fresh.mod_revision != kv.mod_revision:
+                self.due.items.pop(kv.key, None)  # already fired (unknown outcome) or changed
+                if fresh is not None:
+                    self.due.items[kv.key] = fresh
+                continue
+            active = await self._fresh_active(fresh)
+            await self._commit_single(fresh, self._entry_write(fresh, now_ms, active), now_ms)
+
+    async def _fresh_active(self, kv: KV) -> dict[str, list[ActivePointer]]:
+        job_id = self.keys.parse_due(kv.key).job_id
+        page = await self.store.range(self.keys.active_prefix(self.partition, job_id))
+        return {job_id: [p.decode(ActivePointer).value for p in page.kvs]}
+
+    async def _commit_single(self, kv: KV, write: EntryWrite, now_ms: int) -> None:
+        guard = self.ownership.guard(self.partition)
+        result = await self.store.txn([guard, *write.compares], write.ops, [Ops.get(guard.key)])
+        if result.succeeded:
+            self._applied([(kv, write)], result.revision)
+            return
+        self._check_owner(result.responses[0], guard)
+        await self._resolve_single(kv)
+
+    async def _resolve_single(self, kv: KV) -> None:
+        """A lone entry that still fails: its run already exists (e.g. a
+        backfill made it) or the job changed under it. Re-read; if the job
+        is gone, drop the orphaned entry; otherwise skip creating runs that
+        exist and advance."""
+        entry = kv.decode(DueEntry).value
+        job = await self.store.get(self.keys.job(entry.job_id))
+        if job is None or job.version != entry.job_key_version:
+            guard = self.ownership.guard(self.partition)
+            await self.store.txn(
+                [guard, Compare(kv.key, "mod", "==", kv.mod_revision)], [Ops.delete(kv.key)]
+            )
+            self.due.items.pop(kv.key, None)
+            log.info("dropped stale due entry %s", kv.key)
+            return
+        log.warning("due entry %s keeps conflicting; advancing past existing runs", kv.key)
+        await self._advance_past_existing(kv, entry)
+
+    async def _advance_past_existing(self, kv: KV, entry: DueEntry) -> None:
+        write = EntryWrite(compares=[Compare(kv.key, "mod", "==", kv.mod_revision)])
+        plan = plan_fire(entry, self.clock.now_ms())
+        write.ops = self._due_ops(kv, entry, plan.next_entry, write)
+        guard = self.ownership.guard(self.partition)
+        result = await self.store.txn([guard, *write.compares], write.ops)
+        if result.succeeded:
+            self._applied([(kv, write)], result.revision)
+
+    def _applied(self, chunk: list[tuple[KV, EntryWrite]], revision: int) -> None:
+        """Reflect a committed batch in memory before the watch echoes it, so
+        the same entries are never fired twice from a stale cache."""
+        for kv, write in chunk:
+            self.due.items.pop(kv.key, None)
+            if write.next_kv is not None and self._within_horizon(write.next_kv[0]):
+                key, entry = write.next_kv
+                self.due.items[key] = KV(
+                    key, entry.model_dump_json().encode(), revision, revision, 1
+                )
+            self.stats.fired += len(write.created)
+            self.cancel_requests += write.cancel_after
+
+    # -- loop ------------------------------------------------------------------
+    async def run(self) -> None:
+        cache_task = asyncio.create_task(self.due.run(), name=f"due-{self.partition}")
+        try:
+            await self.due.ready.wait()
+            while True:
+                now = self.clock.now_ms()
+                await self.fire_due(now)
+                await self._wait_next(now)
+        finally:
+            cache_task.cancel()
+            await asyncio.gather(cache_task, return_exceptions=True)
+
+    async def _wait_next(self, now_ms: int) -> None:
+        earliest = self.earliest_ms()
+        wait_ms = 1000 if earliest is None else earliest - self.lookahead_ms - now_ms
+        if wait_ms <= 0:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.due.wait_changed(), timeout=min(wait_ms, 1000) / 1000)

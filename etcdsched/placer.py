@@ -1,0 +1,306 @@
+"""Placement and recovery for one owned partition.
+
+Placement takes queued runs in queue order (priority, then not-before) and
+assigns each to a worker that fits. The assignment transaction compares:
+*we own the partition* (owner token), *the run is unchanged* (its
+``mod_revision``), *the worker's capacity revision is the one we computed
+free capacity from* (``load/<worker>`` ``mod_revision``) and *the worker is
+alive* (its member key exists) — so two schedulers can never overfill one
+worker and a run is never placed twice.
+
+Recovery walks the partition's active pointers (never the run history): an
+attempt on a worker whose lease expired is ``lost`` (compare: its claim is
+absent, so a live worker's claim always wins), and a running attempt past
+timeout + grace whose worker still holds the claim is hung: the claim is
+deleted (the worker kills the process) and the attempt is ``timed_out``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from etcdsched.cache import PrefixCache
+from etcdsched.clock import Clock
+from etcdsched.errors import NotFound
+from etcdsched.keys import Keys, run_seq
+from etcdsched.models import (
+    ActivePointer,
+    Assignment,
+    LoadRecord,
+    RunRecord,
+    WorkerMember,
+    assign_attempt,
+    finish_attempt,
+)
+from etcdsched.ownership import Ownership
+from etcdsched.placement import WorkerView, choose_worker, never_fits
+from etcdsched.runs import RunOps
+from etcdsched.statemachine import EXECUTING, RunState, transition
+from etcdsched.store import Cmp, Ops, Store, Versioned
+
+log = logging.getLogger(__name__)
+WAITING = (RunState.PENDING, RunState.RETRY_WAIT)
+
+
+class PartitionPlacer:
+    def __init__(
+        self,
+        partition: int,
+        store: Store,
+        keys: Keys,
+        clock: Clock,
+        ownership: Ownership,
+        active: PrefixCache,
+        workers: PrefixCache,
+        loads: PrefixCache,
+        lookahead_ms: int,
+    ) -> None:
+        self.partition = partition
+        self.store = store
+        self.keys = keys
+        self.clock = clock
+        self.ownership = ownership
+        self.active = active
+        self.workers = workers
+        self.loads = loads
+        self.lookahead_ms = lookahead_ms
+        self.runs = RunOps(keys)
+        self.queue = PrefixCache(store, clock, keys.queue_prefix(partition), relist_every=10.0)
+        self.placed = 0
+        self.lost = 0
+
+    # -- views -------------------------------------------------------------------
+    def worker_views(self) -> dict[str, WorkerView]:
+        views = {}
+        for kv in self.workers.items.values():
+            member = kv.decode(WorkerMember).value
+            load_kv = self.loads.items.get(self.keys.load(member.id))
+            load = load_kv.decode(LoadRecord).value if load_kv else LoadRecord()
+            views[member.id] = WorkerView(member, load, load_kv.mod_revision if load_kv else 0)
+        return views
+
+    def earliest_queued_ms(self) -> int | None:
+        if not self.queue.items:
+            return None
+        return min(self.keys.parse_queue(k).not_before_ms for k in self.queue.items)
+
+    # -- placement -------------------------------------------------------------
+    async def place_once(self, now_ms: int) -> int:
+        """Try to place every queued run whose not-before is within the lookahead."""
+        views = self.worker_views()
+        placed = 0
+        for key in sorted(self.queue.items):
+            if self.keys.parse_queue(key).not_before_ms > now_ms + self.lookahead_ms:
+                continue
+            current = await self._queued_run(key)
+            if current is not None and await self._place(current, views, now_ms):
+                placed += 1
+        self.placed += placed
+        return placed
+
+    async def _queued_run(self, queue_key: str) -> Versioned[RunRecord] | None:
+        """The run behind a queue entry; stale entries are removed."""
+        rid = self.keys.parse_queue(queue_key).run_id
+        try:
+            current = await self.runs.load(self.store, rid)
+        except NotFound:
+            current = None
+        if current is None or current.value.state not in WAITING:
+            await self._drop_queue_key(queue_key)
+            return None
+        if current.value.queue_key != queue_key:
+            await self._drop_queue_key(queue_key)
+            return None
+        return current
+
+    async def _drop_queue_key(self, queue_key: str) -> None:
+        await self.store.txn([self.ownership.guard(self.partition)], [Ops.delete(queue_key)])
+        self.queue.items.pop(queue_key, None)
+
+    async def _place(
+        self, current: Versioned[RunRecord], views: dict[str, WorkerView], now_ms: int
+    ) -> bool:
+        run = current.value
+        if self._past_deadline(run, now_ms):
+            await self._end_waiting(current, RunState.SKIPPED, "starting deadline passed", now_ms)
+            return False
+        if run.spec.overlap == "queue_one" and self._job_executing(run):
+            return False
+        dependency = await self._dependencies(run)
+        if dependency == "failed":
+            await self._end_waiting(current, RunState.SKIPPED, "an upstream run failed", now_ms)
+            return False
+        if dependency == "waiting":
+            return False
+        worker = choose_worker(
+            run.spec.resources, run.spec.selector, list(views.values()), self._last_worker(run)
+        )
+        if worker is None:
+            await self._note_waiting(current, views, now_ms)
+            return False
+        return await self._assign(current, worker, views, now_ms)
+
+    @staticmethod
+    def _past_deadline(run: RunRecord, now_ms: int) -> bool:
+        deadline = run.spec.starting_deadline
+        if deadline is None or run.attempt > 0:
+            return False
+        return now_ms > run.not_before_ms + deadline.total_seconds() * 1000
+
+    def _job_executing(self, run: RunRecord) -> bool:
+        prefix = self.keys.active_prefix(self.partition, run.job_id)
+        for key, kv in self.active.items.items():
+            if key.startswith(prefix):
+                pointer = kv.decode(ActivePointer).value
+                if pointer.run_id != run.id and pointer.worker is not None:
+                    return True
+        return False
+
+    async def _dependencies(self, run: RunRecord) -> str:
+        """``ok``, ``waiting`` or ``failed``: upstream runs of the same slot."""
+        for upstream in run.spec.depends_on:
+            kv = await self.store.get(f"{self.keys.runs_prefix(upstream)}{run_seq(run.slot_ms)}")
+            if kv is None:
+                return "waiting"
+            state = kv.decode(RunRecord).value.state
+            if state is RunState.SUCCEEDED:
+                continue
+            return "failed" if state.terminal else "waiting"
+        return "ok"
+
+    @staticmethod
+    def _last_worker(run: RunRecord) -> str | None:
+        return run.attempts[-1].worker if run.attempts else None
+
+    async def _end_waiting(
+        self, current: Versioned[RunRecord], target: RunState, reason: str, now_ms: int
+    ) -> None:
+        """Compares: owner token, run unchanged."""
+        ended = transition(current.value, target, now_ms, reason=reason)
+        await self.store.txn(
+            [self.ownership.guard(self.partition), Cmp.mod(current.key, current.mod_revision)],
+            self.runs.settle(ended),
+        )
+
+    async def _note_waiting(
+        self, current: Versioned[RunRecord], views: dict[str, WorkerView], now_ms: int
+    ) -> None:
+        """Record why the run waits (shown by the API); written only when it changes."""
+        run = current.value
+        why = never_fits(run.spec.resources, run.spec.selector, list(views.values()))
+        reason = f"waiting: {why or 'all fitting workers are full'}"
+        if run.reason == reason:
+            return
+        noted = run.model_copy(update={"reason": reason, "updated_ms": now_ms})
+        await self.store.txn(
+            [self.ownership.guard(self.partition), Cmp.mod(current.key, current.mod_revision)],
+            [Ops.put(current.key, noted)],
+        )
+
+    async def _assign(
+        self,
+        current: Versioned[RunRecord],
+        worker: WorkerView,
+        views: dict[str, WorkerView],
+        now_ms: int,
+    ) -> bool:
+        run = current.value
+        if run.state is RunState.RETRY_WAIT:
+            run = transition(run, RunState.PENDING, now_ms)
+        assigned = assign_attempt(run, worker.member.id, now_ms).model_copy(
+            update={"queue_key": None}
+        )
+        wid = worker.member.id
+        load = LoadRecord(runs={**worker.load.runs, run.id: run.spec.resources})
+        not_before = max(run.not_before_ms, run.retry_at_ms or 0)
+        assignment = Assignment(
+            run_id=run.id,
+            attempt=assigned.attempt,
+            not_before_ms=not_before,
+            resources=run.spec.resources,
+        )
+        pointer = ActivePointer(run_id=run.id, worker=wid, attempt=assigned.attempt)
+        result = await self.store.txn(
+            [
+                self.ownership.guard(self.partition),
+                Cmp.mod(current.key, current.mod_revision),
+                Cmp.mod(self.keys.load(wid), worker.load_revision),
+                Cmp.exists(self.keys.member("workers", wid)),
+            ],
+            [
+                Ops.put(current.key, assigned),
+                *([Ops.delete(current.value.queue_key)] if current.value.queue_key else []),
+                Ops.put(self.keys.assign(wid, run.id), assignment),
+                Ops.put(self.keys.load(wid), load),
+                Ops.put(self.keys.active(run.partition, run.id), pointer),
+            ],
+        )
+        if not result.succeeded:
+            return False
+        self.queue.items.pop(current.value.queue_key or "", None)
+        views[wid] = WorkerView(worker.member, load, result.revision)
+        return True
+
+    # -- recovery -------------------------------------------------------------
+    async def reconcile_once(self, now_ms: int) -> int:
+        """Fix active runs whose worker vanished or hung; requeue orphans."""
+        live = {kv.decode(WorkerMember).value.id for kv in self.workers.items.values()}
+        fixed = 0
+        for kv in list(self.active.items.values()):
+            pointer = kv.decode(ActivePointer).value
+            if pointer.worker is not None and pointer.worker not in live:
+                fixed += await self._mark_lost(pointer, now_ms)
+            elif pointer.deadline_ms is not None and now_ms > pointer.deadline_ms:
+                fixed += await self._mark_hung(pointer, now_ms)
+        self.lost += fixed
+        return fixed
+
+    async def _executing(self, pointer: ActivePointer) -> Versioned[RunRecord] | None:
+        try:
+            current = await self.runs.load(self.store, pointer.run_id)
+        except NotFound:
+            return None
+        run = current.value
+        if run.state not in EXECUTING or run.worker != pointer.worker:
+            return None
+        return current
+
+    async def _mark_lost(self, pointer: ActivePointer, now_ms: int) -> int:
+        """Compares: owner token, run unchanged, claim absent."""
+        current = await self._executing(pointer)
+        worker = pointer.worker or ""
+        if current is None or await self.store.get(self.keys.member("workers", worker)):
+            return 0
+        ended = finish_attempt(
+            current.value, "lost", now_ms, reason=f"worker {worker} vanished (lease expired)"
+        )
+        claim = self.keys.claim(self.partition, ended.id)
+        result = await self.store.txn(
+            [
+                self.ownership.guard(self.partition),
+                Cmp.mod(current.key, current.mod_revision),
+                Cmp.absent(claim),
+            ],
+            self.runs.finish_ops(ended, worker, self.partition),
+        )
+        if result.succeeded:
+            log.warning("run %s lost on worker %s -> %s", ended.id, worker, ended.state)
+        return int(result.succeeded)
+
+    async def _mark_hung(self, pointer: ActivePointer, now_ms: int) -> int:
+        """Compares: owner token, run unchanged. Deleting the claim makes the
+        worker kill the process; its late report then fails its claim compare."""
+        current = await self._executing(pointer)
+        if current is None:
+            return 0
+        ended = finish_attempt(
+            current.value, "timed_out", now_ms, reason="hung: no report by timeout + grace"
+        )
+        result = await self.store.txn(
+            [self.ownership.guard(self.partition), Cmp.mod(current.key, current.mod_revision)],
+            [
+                Ops.delete(self.keys.claim(self.partition, ended.id)),
+                *self.runs.finish_ops(ended, pointer.worker or "", self.partition),
+            ],
+        )
+        return int(result.succeeded)

@@ -1,0 +1,276 @@
+"""The scheduler role: hold partitions, fire their due slots, place their
+runs, recover their lost runs.
+
+One session (lease) per incarnation: the member key and every owner key are
+bound to it. When the session is lost, every partition task stops at once
+and a new session starts from scratch, so a process that was frozen past its
+TTL comes back as a new member and cannot act on stale ownership (its writes
+would fail the owner-token compare anyway).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from etcdsched.cache import PrefixCache
+from etcdsched.clock import Clock
+from etcdsched.config import Config
+from etcdsched.errors import EtcdschedError, OwnershipLost
+from etcdsched.firing import PartitionFirer
+from etcdsched.keys import Keys
+from etcdsched.models import ClusterMeta, OwnerRecord, SchedulerMember
+from etcdsched.ownership import Ownership, desired_owners
+from etcdsched.placer import PartitionPlacer
+from etcdsched.runs import cancel_run
+from etcdsched.session import Session
+from etcdsched.store import Cmp, Ops, Store
+
+log = logging.getLogger(__name__)
+
+
+async def ensure_cluster(store: Store, keys: Keys, partitions: int, now_ms: int) -> ClusterMeta:
+    """Create the cluster settings once (compare: absent); afterwards the
+    stored partition count wins over any configured one."""
+    meta = ClusterMeta(partitions=partitions, created_ms=now_ms)
+    key = keys.cluster_meta()
+    result = await store.txn([Cmp.absent(key)], [Ops.put(key, meta)], [Ops.get(key)])
+    if result.succeeded:
+        return meta
+    return result.responses[0][0].decode(ClusterMeta).value
+
+
+@dataclass
+class PartitionTasks:
+    firer: PartitionFirer
+    placer: PartitionPlacer
+    active: PrefixCache
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+
+class SchedulerService:
+    def __init__(self, config: Config, store: Store, keys: Keys, clock: Clock) -> None:
+        self.config = config
+        self.store = store
+        self.keys = keys
+        self.clock = clock
+        self.member_id = config.member_id
+        self.partitions = 0
+        self.owned: dict[int, PartitionTasks] = {}
+        self.ownership = Ownership(store, keys, self.member_id)
+        self.session: Session | None = None
+        self.workers = PrefixCache(store, clock, keys.members_prefix("workers"), relist_every=15)
+        self.loads = PrefixCache(store, clock, f"{keys.prefix}load/", relist_every=15)
+        self.schedulers = PrefixCache(
+            store, clock, keys.members_prefix("schedulers"), relist_every=10
+        )
+        self.owners = PrefixCache(store, clock, keys.owners_prefix(), relist_every=10)
+        self._caches: list[asyncio.Task[None]] = []
+
+    # -- lifecycle ---------------------------------------------------------------
+    async def run(self) -> None:
+        meta = await ensure_cluster(
+            self.store, self.keys, self.config.partitions, self.clock.now_ms()
+        )
+        self.partitions = meta.partitions
+        self._start_caches()
+        try:
+            while True:
+                await self._incarnation()
+        finally:
+            await self._stop_all()
+            for task in self._caches:
+                task.cancel()
+            await asyncio.gather(*self._caches, return_exceptions=True)
+            if self.session is not None:
+                await self.session.close()
+
+    def _start_caches(self) -> None:
+        for cache in (self.workers, self.loads, self.schedulers, self.owners):
+            self._caches.append(asyncio.create_task(cache.run(), name=f"cache {cache.prefix}"))
+
+    async def _incarnation(self) -> None:
+        """One session: register, then balance partitions until it is lost."""
+        try:
+            self.session = await Session.open(self.store, self.clock, self.config.lease_ttl)
+            await self._register(self.session)
+            await self.schedulers.ready.wait()
+            while not self.session.lost:
+                await self.rebalance()
+                await self._wait_membership_change()
+        except EtcdschedError as exc:
+            log.warning("scheduler %s: %s; starting a new session", self.member_id, exc)
+            await self.clock.sleep(0.5)
+        finally:
+            await self._stop_all()
+            self.ownership.forget_all()
+            if self.session is not None and not self.session.lost:
+                await self.session.orphan()
+
+    async def _register(self, session: Session) -> None:
+        member = SchedulerMember(
+            id=self.member_id,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            started_ms=self.clock.now_ms(),
+        )
+        key = self.keys.member("schedulers", self.member_id)
+        await self.store.txn([], [Ops.put(key, member, lease=session.lease_id)])
+
+    async def _wait_membership_change(self) -> None:
+        waits = [
+            asyncio.create_task(self.schedulers.wait_changed()),
+            asyncio.create_task(self.owners.wait_changed()),
+        ]
+        lost = asyncio.create_task(self.session.wait_lost()) if self.session else None
+        try:
+            await asyncio.wait(
+                [*waits, *([lost] if lost else [])], timeout=1.0, return_when="FIRST_COMPLETED"
+            )
+        finally:
+            for task in [*waits, *([lost] if lost else [])]:
+                task.cancel()
+
+    # -- partitions ------------------------------------------------------------
+    def live_schedulers(self) -> list[str]:
+        return sorted(kv.decode(SchedulerMember).value.id for kv in self.schedulers.items.values())
+
+    async def rebalance(self) -> None:
+        """Release partitions meant for another live member; acquire free ones
+        meant for us."""
+        assert self.session is not None
+        members = self.live_schedulers()
+        if self.member_id not in members:
+            members.append(self.member_id)
+        desired = desired_owners(sorted(members), self.partitions)
+        for partition, tasks in list(self.owned.items()):
+            if desired.get(partition) != self.member_id or tasks_done(tasks):
+                await self._stop_partition(partition)
+                await self.ownership.release(partition)
+        for partition, member in desired.items():
+            wanted = member == self.member_id and partition not in self.owned
+            if not wanted or not self._free(partition):
+                continue
+            if await self.ownership.acquire(partition, self.session, self.clock.now_ms()):
+                self._start_partition(partition)
+
+    def _free(self, partition: int) -> bool:
+        kv = self.owners.items.get(self.keys.owner(partition))
+        if kv is None:
+            return True
+        return kv.decode(OwnerRecord).value.scheduler == self.member_id
+
+    def _start_partition(self, partition: int) -> None:
+        cfg = self.config
+        active = PrefixCache(
+            self.store, self.clock, self.keys.active_prefix(partition), relist_every=15
+        )
+        firer = PartitionFirer(
+            partition,
+            self.store,
+            self.keys,
+            self.clock,
+            self.ownership,
+            active,
+            self.partitions,
+            cfg.lookahead_ms,
+            cfg.horizon_ms,
+            cfg.fire_batch,
+        )
+        placer = PartitionPlacer(
+            partition,
+            self.store,
+            self.keys,
+            self.clock,
+            self.ownership,
+            active,
+            self.workers,
+            self.loads,
+            cfg.lookahead_ms,
+        )
+        tasks = PartitionTasks(firer, placer, active)
+        tasks.tasks = [
+            asyncio.create_task(active.run(), name=f"active-{partition}"),
+            asyncio.create_task(self._guarded(firer.run(), partition), name=f"fire-{partition}"),
+            asyncio.create_task(
+                self._guarded(self._place_loop(tasks), partition), name=f"place-{partition}"
+            ),
+        ]
+        self.owned[partition] = tasks
+        log.info("scheduler %s owns partition %d", self.member_id, partition)
+
+    async def _guarded(self, work: Coroutine[Any, Any, None], partition: int) -> None:
+        """Run a partition task; losing ownership ends it quietly."""
+        try:
+            await work
+        except OwnershipLost:
+            log.warning("partition %d: ownership lost", partition)
+        except EtcdschedError as exc:
+            log.warning("partition %d: %s", partition, exc)
+
+    async def _place_loop(self, tasks: PartitionTasks) -> None:
+        placer = tasks.placer
+        queue_task = asyncio.create_task(placer.queue.run(), name=f"queue-{placer.partition}")
+        try:
+            await placer.queue.ready.wait()
+            await tasks.active.ready.wait()
+            await self.workers.ready.wait()
+            next_reconcile = 0.0
+            while True:
+                now = self.clock.now_ms()
+                await placer.place_once(now)
+                await self._cancel_previous(tasks.firer, now)
+                if self.clock.monotonic() >= next_reconcile:
+                    await placer.reconcile_once(now)
+                    next_reconcile = self.clock.monotonic() + self.config.reconcile_every
+                await self._wait_placement_change(placer, now)
+        finally:
+            queue_task.cancel()
+            await asyncio.gather(queue_task, return_exceptions=True)
+
+    async def _cancel_previous(self, firer: PartitionFirer, now_ms: int) -> None:
+        while firer.cancel_requests:
+            rid = firer.cancel_requests.pop()
+            with contextlib.suppress(EtcdschedError):
+                await cancel_run(self.store, self.keys, rid, now_ms, "cancelled by a newer run")
+
+    async def _wait_placement_change(self, placer: PartitionPlacer, now_ms: int) -> None:
+        earliest = placer.earliest_queued_ms()
+        timeout = 1.0
+        if earliest is not None:
+            timeout = max(0.0, min(timeout, (earliest - self.config.lookahead_ms - now_ms) / 1000))
+        if timeout <= 0:
+            timeout = 0.2  # runs ready but unplaceable: look again soon
+        waits = [
+            asyncio.create_task(placer.queue.wait_changed()),
+            asyncio.create_task(self.workers.wait_changed()),
+            asyncio.create_task(self.loads.wait_changed()),
+        ]
+        try:
+            await asyncio.wait(waits, timeout=timeout, return_when="FIRST_COMPLETED")
+        finally:
+            for task in waits:
+                task.cancel()
+
+    async def _stop_partition(self, partition: int) -> None:
+        tasks = self.owned.pop(partition, None)
+        if tasks is None:
+            return
+        for task in tasks.tasks:
+            task.cancel()
+        await asyncio.gather(*tasks.tasks, return_exceptions=True)
+
+    async def _stop_all(self) -> None:
+        for partition in list(self.owned):
+            await self._stop_partition(partition)
+
+
+def tasks_done(tasks: PartitionTasks) -> bool:
+    """A partition whose tasks ended (ownership lost) must be re-acquired."""
+    return any(task.done() for task in tasks.tasks)

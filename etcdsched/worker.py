@@ -1,0 +1,249 @@
+"""The worker role: run what is assigned to this worker, truthfully.
+
+Per incarnation the worker opens a session (lease), registers under it, and
+watches only ``assign/<me>/``. For each assignment it waits for the
+not-before instant, *claims* the attempt and starts the process, enforces
+the timeout, obeys cancel, and reports the outcome with a transaction whose
+compare is *my claim is still there, byte for byte* (same worker, attempt
+and lease) — so an attempt that was declared lost or hung can never write.
+
+Self-fencing: a separate watchdog process is fed the session's safe
+deadline; if the agent freezes or loses its lease, the watchdog kills every
+job process group before the lease can expire on the server. On session
+loss the agent also kills its children itself and never reports for them;
+the next incarnation registers under a new member id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from dataclasses import dataclass, field
+
+from etcdsched.cache import PrefixCache
+from etcdsched.clock import Clock
+from etcdsched.config import Config
+from etcdsched.errors import EtcdschedError
+from etcdsched.executor import Executor, Process
+from etcdsched.keys import Keys
+from etcdsched.logstore import LogStore
+from etcdsched.metrics import START_LAG
+from etcdsched.models import (
+    Assignment,
+    LoadRecord,
+    WorkerMember,
+)
+from etcdsched.runs import RunOps
+from etcdsched.session import Session
+from etcdsched.spec import Resources
+from etcdsched.store import Cmp, Event, Ops, Store
+from etcdsched.watchdog import Watchdog
+from etcdsched.worker_attempt import AttemptRunner
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Running:
+    """One assignment this worker is handling."""
+
+    assignment: Assignment
+    task: asyncio.Task[None]
+    cancel: asyncio.Event = field(default_factory=asyncio.Event)
+    """A client cancelled the run: stop the process, report ``cancelled``."""
+    revoked: asyncio.Event = field(default_factory=asyncio.Event)
+    """Recovery took the assignment back (hung/lost): stop, never report."""
+    shutdown: asyncio.Event = field(default_factory=asyncio.Event)
+    """This worker is shutting down: hand back if not started, else stop and
+    report ``lost`` so the retry policy reruns it elsewhere."""
+    process: Process | None = None
+
+
+class WorkerService:
+    def __init__(
+        self,
+        config: Config,
+        store: Store,
+        keys: Keys,
+        clock: Clock,
+        executor: Executor,
+        logs: LogStore,
+        watchdog: Watchdog | None = None,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.keys = keys
+        self.clock = clock
+        self.executor = executor
+        self.logs = logs
+        self.watchdog = watchdog or Watchdog()
+        self.base_id = config.member_id
+        self.member_id = config.member_id
+        self.incarnation = 0
+        self.running: dict[str, Running] = {}
+        self.session: Session | None = None
+        self.runs = RunOps(keys)
+        self.draining = False
+        self.finished = 0
+
+    # -- lifecycle -------------------------------------------------------------
+    async def run(self) -> None:
+        self.watchdog.start()
+        try:
+            while not self.draining:
+                await self._incarnation()
+        finally:
+            if self.session is not None:
+                await self.session.close()
+            self.watchdog.close()
+
+    async def _incarnation(self) -> None:
+        if self.incarnation:
+            self.member_id = f"{self.base_id}.{self.incarnation}"
+        self.incarnation += 1
+        tasks: list[asyncio.Task[None]] = []
+        try:
+            self.session = await Session.open(self.store, self.clock, self.config.lease_ttl)
+            self.session.on_lost(self._fence)
+            await self._register(self.session)
+            assignments = PrefixCache(
+                self.store,
+                self.clock,
+                self.keys.assign_prefix(self.member_id),
+                relist_every=10,
+                on_event=self._on_assignment,
+            )
+            tasks = [
+                asyncio.create_task(self._feed_watchdog(self.session), name="watchdog-feed"),
+                asyncio.create_task(assignments.run(), name="assignments"),
+            ]
+            await assignments.ready.wait()
+            for kv in assignments.items.values():
+                self._on_assignment(Event("put", kv))
+            await self.session.wait_lost()
+        except EtcdschedError as exc:
+            log.warning("worker %s: %s; starting a new session", self.member_id, exc)
+            await self.clock.sleep(0.5)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self._abandon_all()
+            if self.session is not None and self.session.lost:
+                await self.session.orphan()
+
+    async def _register(self, session: Session) -> None:
+        cfg = self.config
+        member = WorkerMember(
+            id=self.member_id,
+            capacity=Resources(
+                slots=cfg.worker_slots,
+                cpu=cfg.worker_cpu,
+                memory_mb=cfg.worker_memory_mb,
+                gpu=cfg.worker_gpu,
+            ),
+            labels=cfg.worker_labels,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            started_ms=self.clock.now_ms(),
+            draining=self.draining,
+        )
+        await self.store.txn(
+            [],
+            [Ops.put(self.keys.member("workers", self.member_id), member, lease=session.lease_id)],
+        )
+
+    async def _feed_watchdog(self, session: Session) -> None:
+        """Tell the watchdog how long the lease surely holds; stop when lost."""
+        while not session.lost:
+            self.watchdog.feed(session.safe_until)
+            await self.clock.sleep(min(0.25, session.ttl / 8))
+
+    def _fence(self) -> None:
+        """Session lost: kill every job now. Never report for them."""
+        for item in self.running.values():
+            if item.process is not None:
+                item.process.kill_now()
+
+    async def _abandon_all(self) -> None:
+        self._fence()
+        for item in list(self.running.values()):
+            item.task.cancel()
+        await asyncio.gather(*(i.task for i in self.running.values()), return_exceptions=True)
+        self.running.clear()
+
+    # -- assignments -----------------------------------------------------------
+    def _on_assignment(self, event: Event) -> None:
+        _, rid = self.keys.parse_assign(event.kv.key)
+        item = self.running.get(rid)
+        if event.kind == "delete":
+            if item is not None:
+                item.revoked.set()  # recovery took it back (hung or lost): kill, no report
+            return
+        assignment = event.kv.decode(Assignment).value
+        if item is not None and item.assignment.attempt == assignment.attempt:
+            if assignment.cancel:
+                item.cancel.set()
+            return
+        if self.draining or self.session is None:
+            return
+        task = asyncio.create_task(self._handle(assignment), name=f"run {rid}")
+        self.running[rid] = Running(assignment, task)
+        if assignment.cancel:
+            self.running[rid].cancel.set()
+
+    async def _handle(self, assignment: Assignment) -> None:
+        item = self.running[assignment.run_id]
+        try:
+            assert self.session is not None
+            runner = AttemptRunner(self, item, self.session)
+            await runner.execute()
+        except EtcdschedError as exc:
+            log.warning("run %s: %s", assignment.run_id, exc)
+        finally:
+            if self.running.get(assignment.run_id) is item:
+                del self.running[assignment.run_id]
+            self.finished += 1
+            with contextlib.suppress(EtcdschedError):
+                await self.release_capacity(assignment.run_id)
+
+    async def release_capacity(self, rid: str) -> None:
+        """Remove the run from this worker's load record (CAS loop on its
+        mod_revision, racing schedulers that add to it)."""
+        key = self.keys.load(self.member_id)
+        for _ in range(20):
+            kv = await self.store.get(key)
+            if kv is None:
+                return
+            load = kv.decode(LoadRecord).value
+            if rid not in load.runs:
+                return
+            remaining = LoadRecord(runs={k: v for k, v in load.runs.items() if k != rid})
+            put = [Ops.put(key, remaining)]
+            if (await self.store.txn([Cmp.mod(key, kv.mod_revision)], put)).succeeded:
+                return
+
+    def observe_start(self, lag_ms: int) -> None:
+        START_LAG.observe(max(0, lag_ms) / 1000)
+
+    # -- graceful shutdown -----------------------------------------------------
+    async def drain(self) -> None:
+        """SIGTERM: take nothing new, let running attempts finish within the
+        grace period, hand back the ones not started, then stop the rest."""
+        self.draining = True
+        if self.session is not None and not self.session.lost:
+            await self._register(self.session)
+        for item in self.running.values():
+            if item.process is None:
+                item.shutdown.set()
+        tasks = [i.task for i in self.running.values()]
+        if tasks:
+            await asyncio.wait(tasks, timeout=self.config.shutdown_grace)
+        for item in list(self.running.values()):
+            item.shutdown.set()
+        await asyncio.gather(*(i.task for i in self.running.values()), return_exceptions=True)
+        if self.session is not None:
+            await self.session.close()

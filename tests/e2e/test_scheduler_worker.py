@@ -1,0 +1,62 @@
+"""Schedulers and workers together, in-process, on a real etcd."""
+
+from __future__ import annotations
+
+from etcdsched.spec import JobSpec
+from etcdsched.statemachine import RunState
+from tests.support.eventually import assert_eventually
+from tests.support.services import Services
+
+
+def spec(trigger: dict[str, object], argv: list[str], **extra: object) -> JobSpec:
+    return JobSpec.model_validate({"trigger": trigger, "execution": {"argv": argv}, **extra})
+
+
+async def test_a_now_job_runs_once_and_succeeds(services: Services) -> None:
+    services.start_scheduler("s1")
+    services.start_worker("w1")
+    job = await services.jobs.create(spec({"kind": "now"}, ["sh", "-c", "echo hello"]), "hello")
+
+    async def succeeded() -> None:
+        runs = await services.runs_of(job.id)
+        assert len(runs) == 1 and runs[0].state is RunState.SUCCEEDED, runs
+
+    await assert_eventually(succeeded, timeout=15)
+    run = (await services.runs_of(job.id))[0]
+    chunk = await services.logs.read(run.id)
+    assert chunk.data == b"hello\n"
+    assert run.attempts[0].worker == "w1" and run.attempts[0].exit_code == 0
+
+
+async def test_interval_job_gets_one_run_per_slot(services: Services) -> None:
+    services.start_scheduler("s1")
+    services.start_scheduler("s2")
+    services.start_worker("w1")
+    job = await services.jobs.create(spec({"kind": "interval", "every": "1s"}, ["true"]), "tick")
+
+    async def several() -> None:
+        runs = await services.runs_of(job.id)
+        done = [r for r in runs if r.state is RunState.SUCCEEDED]
+        assert len(done) >= 3
+
+    await assert_eventually(several, timeout=20)
+    runs = await services.runs_of(job.id)
+    slots = [r.slot_ms for r in runs]
+    assert len(slots) == len(set(slots))
+    assert all(b - a == 1000 for a, b in zip(slots, slots[1:], strict=False))
+
+
+async def test_failed_run_is_retried_then_fails(services: Services) -> None:
+    services.start_scheduler("s1")
+    services.start_worker("w1")
+    retry = {"max_attempts": 2, "initial_delay": "100ms", "jitter": 0}
+    job = await services.jobs.create(spec({"kind": "now"}, ["false"], retry=retry), "flaky")
+
+    async def failed() -> None:
+        runs = await services.runs_of(job.id)
+        assert runs and runs[0].state is RunState.FAILED, runs
+
+    await assert_eventually(failed, timeout=15)
+    run = (await services.runs_of(job.id))[0]
+    assert [a.state for a in run.attempts] == [RunState.FAILED, RunState.FAILED]
+    assert run.attempts[1].assigned_ms - run.attempts[0].ended_ms >= 100  # type: ignore[operator]

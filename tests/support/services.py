@@ -1,0 +1,86 @@
+"""In-process schedulers and workers on the real test etcd."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest_asyncio
+
+from etcdsched.clock import SystemClock
+from etcdsched.config import Config
+from etcdsched.etcd_store import EtcdStore
+from etcdsched.executor import ProcessExecutor
+from etcdsched.jobs import JobService
+from etcdsched.keys import Keys
+from etcdsched.logstore import DirLogStore
+from etcdsched.models import RunRecord
+from etcdsched.scheduler import SchedulerService, ensure_cluster
+from etcdsched.worker import WorkerService
+
+PARTITIONS = 4
+
+
+@dataclass
+class Services:
+    store: EtcdStore
+    keys: Keys
+    config: Config
+    jobs: JobService
+    logs: DirLogStore
+    tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    schedulers: dict[str, SchedulerService] = field(default_factory=dict)
+    workers: dict[str, WorkerService] = field(default_factory=dict)
+
+    def start_scheduler(self, name: str) -> SchedulerService:
+        cfg = self.config.model_copy(update={"member_id": name})
+        service = SchedulerService(cfg, self.store, self.keys, SystemClock())
+        self.schedulers[name] = service
+        self.tasks[name] = asyncio.create_task(service.run(), name=name)
+        return service
+
+    def start_worker(self, name: str, **overrides: object) -> WorkerService:
+        cfg = self.config.model_copy(update={"member_id": name, **overrides})
+        service = WorkerService(cfg, self.store, self.keys, SystemClock(), ProcessExecutor(), self.logs)
+        self.workers[name] = service
+        self.tasks[name] = asyncio.create_task(service.run(), name=name)
+        return service
+
+    async def stop(self, name: str) -> None:
+        task = self.tasks.pop(name)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    async def run_of(self, run_id: str) -> RunRecord:
+        return (await self.jobs.runs.load(self.store, run_id)).value
+
+    async def runs_of(self, job_id: str) -> list[RunRecord]:
+        page = await self.store.range(self.keys.runs_prefix(job_id))
+        return [kv.decode(RunRecord).value for kv in page.kvs]
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def services(
+    store: EtcdStore, keys: Keys, etcd_endpoints: list[str], tmp_path: Path
+) -> AsyncIterator[Services]:
+    config = Config(
+        etcd=",".join(etcd_endpoints),
+        prefix=keys.prefix,
+        partitions=PARTITIONS,
+        lease_ttl=2,
+        lookahead_ms=300,
+        reconcile_every=0.5,
+        log_dir=tmp_path / "logs",
+        shutdown_grace=1.0,
+    )
+    clock = SystemClock()
+    await ensure_cluster(store, keys, PARTITIONS, clock.now_ms())
+    logs = DirLogStore(config.log_dir)
+    svc = Services(store, keys, config, JobService(store, keys, clock, PARTITIONS), logs)
+    try:
+        yield svc
+    finally:
+        for name in list(svc.tasks):
+            await svc.stop(name)
