@@ -139,3 +139,17 @@ async def _ensure_admin_token(config: Config, data_dir: Path) -> None:
     token_file.write_text(secret + "\n")
     token_file.chmod(0o600)
     log.info("admin token written to %s", token_file)
+
+
+def main(roles: list[str], config: Config | None = None) -> None:
+    """Process entry point: config from ``ETCDSCHED_*``; logs to stderr."""
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    asyncio.run(run_agent(config or Config(), set(roles)))
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1:] or sorted(ROLES))

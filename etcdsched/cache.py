@@ -50,6 +50,7 @@ class PrefixCache:
         relist_every: float = 30.0,
         keep: Callable[[str], bool] | None = None,
         on_event: Callable[[Event], None] | None = None,
+        list_end: Callable[[], str] | None = None,
     ) -> None:
         self._store = store
         self._clock = clock
@@ -57,6 +58,7 @@ class PrefixCache:
         self.relist_every = relist_every
         self.keep = keep
         self._on_event = on_event
+        self._list_end = list_end
         self.items: dict[str, KV] = {}
         self.revision = 0
         self.ready = asyncio.Event()
@@ -71,9 +73,11 @@ class PrefixCache:
         self._changed.set()
 
     async def relist(self) -> None:
-        self.items, self.revision = await list_all(
-            self._store, self.prefix, prefix_end(self.prefix), self.keep
-        )
+        """List again. ``list_end`` bounds the listing (the due index lists
+        only up to its horizon, so memory and reads follow the horizon, not
+        the number of stored jobs); the watch still covers the whole prefix."""
+        end = self._list_end() if self._list_end is not None else prefix_end(self.prefix)
+        self.items, self.revision = await list_all(self._store, self.prefix, end, self.keep)
         self.relists += 1
         self.ready.set()
         self._notify()

@@ -84,12 +84,16 @@ class PartitionFirer:
             keys.due_prefix(partition),
             relist_every=max(1.0, horizon_ms / 2000),
             keep=self._within_horizon,
+            list_end=self._horizon_end,
         )
         self.cancel_requests: list[str] = []
 
+    def _horizon_end(self) -> str:
+        """Called at each (re-)list: move the horizon forward."""
+        self._horizon_until = self.clock.now_ms() + self.horizon_ms
+        return self.keys.due_until(self.partition, self._horizon_until)
+
     def _within_horizon(self, key: str) -> bool:
-        if not self.due.ready.is_set():
-            self._horizon_until = self.clock.now_ms() + self.horizon_ms
         return self.keys.parse_due(key).slot_ms <= self._horizon_until
 
     # -- one step ----------------------------------------------------------
@@ -151,6 +155,7 @@ class PartitionFirer:
                 self.partitions,
                 coalesced=planned.coalesced,
                 reason=planned.reason,
+                created_by=self.ownership.signature,
             )
             verdict = self._overlap(entry, active)
             if verdict == "skip":

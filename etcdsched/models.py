@@ -113,6 +113,7 @@ class RunRecord(Record):
     coalesced: int = Field(0, description="Missed slots folded into this run (run_once).")
     worker: str | None = None
     queue_key: str | None = Field(None, description="Its placement queue key while queued.")
+    created_by: str = Field("", description="The scheduler (or API) that created the run.")
 
     @property
     def current(self) -> Attempt | None:

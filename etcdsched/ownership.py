@@ -49,6 +49,12 @@ class Ownership:
         self.keys = keys
         self.member_id = member_id
         self.tokens: dict[int, int] = {}
+        self.signature = member_id
+
+    def bind(self, session: Session) -> None:
+        """A new session: records written from now on name it (``member/lease``)."""
+        self.tokens.clear()
+        self.signature = f"{self.member_id}/{session.lease_id:x}"
 
     def guard(self, partition: int) -> Compare:
         """The compare that fences a write for ``partition``: our owner key

@@ -69,7 +69,7 @@ def _plan_misfire(entry: DueEntry, now_ms: int) -> tuple[list[PlannedRun], list[
         detail = "misfire policy skip" if recent else "outside the catch-up window"
         return [], [_skip(entry, entry.slot_ms, last_missed, missed, detail, now_ms)], last_missed
     if policy.policy == "run_once":
-        reason = f"misfire: coalesced {missed} slots"
+        reason = f"misfire: {missed} slot(s) missed, ran the latest once"
         chosen = [PlannedRun(last_missed, coalesced=missed - 1, reason=reason)]
     else:
         picked = recent[-policy.max_catch_up :]

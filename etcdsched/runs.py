@@ -40,6 +40,7 @@ def new_run(
     tag: str | None = None,
     coalesced: int = 0,
     reason: str = "",
+    created_by: str = "",
 ) -> RunRecord:
     """A pending run for ``slot_ms``; its not-before instant adds the job's
     stable jitter so every scheduler computes the same one."""
@@ -60,6 +61,7 @@ def new_run(
         updated_ms=now_ms,
         coalesced=coalesced,
         reason=reason,
+        created_by=created_by,
     )
 
 

@@ -99,6 +99,7 @@ class SchedulerService:
         """One session: register, then balance partitions until it is lost."""
         try:
             self.session = await Session.open(self.store, self.clock, self.config.lease_ttl)
+            self.ownership.bind(self.session)
             await self._register(self.session)
             await self.schedulers.ready.wait()
             while not self.session.lost:
