@@ -1,0 +1,48 @@
+"""A job for tests: appends start/end lines to a ledger file outside etcd —
+the real side effect a history checker trusts — then sleeps and exits.
+
+Usage: python jobscript.py LEDGER [--sleep S] [--exit N] [--ignore-term]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import time
+
+
+def note(ledger: str, event: str) -> None:
+    line = {
+        "event": event,
+        "job": os.environ.get("ETCDSCHED_JOB_ID"),
+        "run": os.environ.get("ETCDSCHED_RUN_ID"),
+        "attempt": int(os.environ.get("ETCDSCHED_ATTEMPT", "0")),
+        "slot_ms": int(os.environ.get("ETCDSCHED_SCHEDULED_AT_MS", "0")),
+        "worker": os.environ.get("ETCDSCHED_WORKER_ID"),
+        "pid": os.getpid(),
+        "mono": time.monotonic(),
+        "wall_ms": time.time_ns() // 1_000_000,
+    }
+    with open(ledger, "a") as out:
+        out.write(json.dumps(line) + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("ledger")
+    parser.add_argument("--sleep", type=float, default=0.0)
+    parser.add_argument("--exit", type=int, default=0)
+    parser.add_argument("--ignore-term", action="store_true")
+    args = parser.parse_args()
+    if args.ignore_term:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    note(args.ledger, "start")
+    time.sleep(args.sleep)
+    note(args.ledger, "end")
+    raise SystemExit(args.exit)
+
+
+if __name__ == "__main__":
+    main()

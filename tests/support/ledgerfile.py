@@ -1,0 +1,38 @@
+"""Reading the job-written ledger file (see jobscript.py)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+JOBSCRIPT = str(Path(__file__).with_name("jobscript.py"))
+
+
+def job_argv(ledger: Path, sleep: float = 0.0, exit_code: int = 0, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        JOBSCRIPT,
+        str(ledger),
+        "--sleep",
+        str(sleep),
+        "--exit",
+        str(exit_code),
+        *extra,
+    ]
+
+
+def read_ledger(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def pid_alive(pid: int) -> bool:
+    """True while the process exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
