@@ -300,20 +300,22 @@ class JobService:
     # -- running now -------------------------------------------------------
     async def trigger(self, job_id: str, force: bool = False) -> RunRecord:
         """A manual run now. Works while paused. Obeys the overlap policy
-        (``skip`` refuses while a run is active) unless ``force``."""
-        state = await self.load(job_id)
-        job = state.job.value
+        (``skip`` refuses while a run is active) unless ``force``.
+
+        Compares: the run key is absent (its id is the instant plus ``-m``),
+        the job still exists, and for ``skip`` the job has no active run. The
+        job key itself is not written: its etcd version is what due entries
+        compare, so touching it would invalidate the job's pending slot."""
+        job = await self.get(job_id)
         now = self.clock.now_ms()
-        tag = f"m{job.manual_seq + 1}"
-        run = new_run(self._origin(job), now, now, self.partitions, kind="manual", tag=tag)
+        run = new_run(self._origin(job), now, now, self.partitions, kind="manual", tag="m")
         compares, ops = self.runs.create(run)
+        compares.append(Cmp.exists(self.keys.job(job_id)))
         if job.spec.overlap == "skip" and not force:
             compares.append(Cmp.prefix_empty(self.keys.active_prefix(run.partition, job_id)))
-        updated = job.model_copy(update={"manual_seq": job.manual_seq + 1})
-        compares.append(Cmp.mod(state.job.key, state.job.mod_revision))
-        result = await self.store.txn(compares, [*ops, Ops.put(state.job.key, updated)])
+        result = await self.store.txn(compares, ops)
         if not result.succeeded:
-            if job.spec.overlap == "skip" and await self.active_run_ids(job_id):
+            if job.spec.overlap == "skip" and not force and await self.active_run_ids(job_id):
                 raise Conflict(
                     f"job {job_id} has an active run and overlap is 'skip'; use force",
                     field="force",

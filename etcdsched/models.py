@@ -55,7 +55,6 @@ class JobRecord(Record):
     updated_ms: int
     anchor_ms: int = Field(description="Instant interval and 'now' triggers count from.")
     paused_ms: int | None = None
-    manual_seq: int = Field(0, description="Counter for manually triggered runs.")
 
 
 class DueEntry(Record):
