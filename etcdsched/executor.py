@@ -21,6 +21,7 @@ returns, and ``wait()`` returns only once the output pumps have drained.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import re
@@ -30,7 +31,7 @@ import signal
 import subprocess
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 from etcdsched.errors import InvalidInput
@@ -38,15 +39,17 @@ from etcdsched.logstore import LogWriter
 from etcdsched.models import RunRecord
 from etcdsched.spec import CommandExecution, ContainerExecution
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 ENV_PREFIX = "ETCDSCHED_"
 EXIT_NOT_FOUND = 127
 EXIT_NOT_EXECUTABLE = 126
 _GROUP_POLL = 0.05
+_REAP_POLL = 0.002
 _DRAIN_TIMEOUT = 1.0
 _RUNTIME_CLEANUP_TIMEOUT = 10.0
 _CONTAINER_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -63,10 +66,6 @@ class ExitStatus:
         if returncode >= 0:
             return cls(returncode, None)
         return cls(None, -returncode)
-
-    @property
-    def succeeded(self) -> bool:
-        return self.exit_code == 0
 
 
 class Process(Protocol):
@@ -116,7 +115,7 @@ def job_environment(run: RunRecord, attempt: int, worker_id: str) -> dict[str, s
 
 def run_identity(run: RunRecord, attempt: int, worker_id: str) -> dict[str, str]:
     """What a job needs to make itself idempotent (DESIGN §2 promise 3)."""
-    scheduled = datetime.fromtimestamp(run.slot_ms / 1000, tz=UTC)
+    scheduled = _EPOCH + timedelta(milliseconds=run.slot_ms)  # exact, unlike float seconds
     return {
         "ETCDSCHED_JOB_ID": run.job_id,
         "ETCDSCHED_RUN_ID": run.id,
@@ -155,7 +154,7 @@ def _signal_group(pgid: int, signum: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:
-        log.warning("not allowed to signal process group %d", pgid)
+        logger.warning("not allowed to signal process group %d", pgid)
         return False
     return True
 
@@ -205,7 +204,7 @@ class _GroupProcess:
 
     async def _supervise(self, pumps: list[asyncio.Task[None]], grace: float) -> ExitStatus:
         try:
-            returncode = await self._proc.wait()
+            returncode = await _main_process_exit(self._proc)
             await self._empty_group(grace)
             await asyncio.wait(pumps, timeout=_DRAIN_TIMEOUT)
         finally:
@@ -251,21 +250,62 @@ class _EndedProcess:
         return None
 
 
+async def _main_process_exit(proc: asyncio.subprocess.Process) -> int:
+    """The main process's return code as soon as it exits.
+
+    Not ``proc.wait()``: on Python 3.11 that also waits for the stdout and
+    stderr pipes to close, which never happens while a leftover grandchild
+    holds them, and stopping the leftovers is exactly what comes next. A
+    pidfd becomes readable when the process exits; without pidfd support
+    (Linux < 5.3) the return code is polled."""
+    loop = asyncio.get_running_loop()
+    pidfd = None
+    with contextlib.suppress(OSError, AttributeError):  # already reaped, or no pidfd
+        pidfd = os.pidfd_open(proc.pid)
+    if pidfd is not None:
+        exited: asyncio.Future[None] = loop.create_future()
+
+        def readable() -> None:
+            if not exited.done():
+                exited.set_result(None)
+
+        loop.add_reader(pidfd, readable)
+        try:
+            await exited
+        finally:
+            loop.remove_reader(pidfd)
+            os.close(pidfd)
+    poll = _REAP_POLL if pidfd is not None else _GROUP_POLL
+    while proc.returncode is None:  # the child watcher reaps it a moment later
+        await asyncio.sleep(poll)
+    return proc.returncode
+
+
 async def _pump(reader: asyncio.StreamReader | None, log: LogWriter) -> None:
     """Copy one pipe into the log, a whole line per write (longer lines than
-    the stream limit go in pieces)."""
+    the stream limit go in pieces).
+
+    If the log cannot be written (disk full, closed early) the pipe is still
+    drained, so the job never blocks on a full pipe because of its log."""
     if reader is None:
         return
+    broken = False
     while True:
         try:
             data = await reader.readuntil(b"\n")
         except asyncio.IncompleteReadError as eof:
-            if eof.partial:
-                log.write(eof.partial)
-            return
+            data = eof.partial
         except asyncio.LimitOverrunError as overrun:
             data = await reader.read(overrun.consumed)
-        log.write(data)
+        if not data:
+            return
+        if broken:
+            continue
+        try:
+            log.write(data)
+        except (OSError, ValueError) as error:
+            broken = True
+            logger.warning("job output is being discarded: cannot write the log: %s", error)
 
 
 async def _run_quietly(argv: list[str]) -> None:
@@ -274,18 +314,22 @@ async def _run_quietly(argv: list[str]) -> None:
         proc = await asyncio.create_subprocess_exec(
             *argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
+    except OSError as error:
+        logger.warning("%s failed: %s", shlex.join(argv), error)
+        return
+    try:
         await asyncio.wait_for(proc.wait(), _RUNTIME_CLEANUP_TIMEOUT)
-    except (OSError, TimeoutError) as error:
-        log.warning("%s failed: %s", shlex.join(argv), error)
+    except TimeoutError:
+        logger.warning("%s did not finish in %ss", shlex.join(argv), _RUNTIME_CLEANUP_TIMEOUT)
+        proc.kill()
+        await proc.wait()
 
 
 class ProcessExecutor:
     """Runs commands (and containers, through the docker or podman CLI) as
     local processes in their own session."""
 
-    async def start(
-        self, run: RunRecord, attempt: int, worker_id: str, log: LogWriter
-    ) -> Process:
+    async def start(self, run: RunRecord, attempt: int, worker_id: str, log: LogWriter) -> Process:
         env = job_environment(run, attempt, worker_id)
         execution = run.spec.execution
         grace = run.spec.kill_grace.total_seconds()
@@ -324,7 +368,12 @@ def _failed_start(argv: list[str], cwd: str | None, error: OSError, log: LogWrit
     code = EXIT_NOT_EXECUTABLE if isinstance(error, PermissionError) else EXIT_NOT_FOUND
     where = f" in {cwd}" if cwd else ""
     reason = error.strerror or str(error)
-    log.write(f"etcdsched: cannot start {shlex.join(argv)}{where}: {reason}\n".encode())
+    message = f"etcdsched: cannot start {shlex.join(argv)}{where}: {reason}"
+    logger.info("%s", message)
+    try:
+        log.write(f"{message}\n".encode())
+    except (OSError, ValueError) as log_error:
+        logger.warning("cannot write the log: %s", log_error)
     return _EndedProcess(ExitStatus(code, None))
 
 
@@ -372,7 +421,5 @@ class NoopExecutor:
     reports exit code 0. No process, so ``pid``/``pgid`` are None and the
     watchdog has nothing to guard. Never use it to run real jobs."""
 
-    async def start(
-        self, run: RunRecord, attempt: int, worker_id: str, log: LogWriter
-    ) -> Process:
+    async def start(self, run: RunRecord, attempt: int, worker_id: str, log: LogWriter) -> Process:
         return _EndedProcess(ExitStatus(0, None))

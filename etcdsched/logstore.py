@@ -57,7 +57,8 @@ class LogChunk:
 class LogWriter(Protocol):
     """Appends one attempt's output. Each ``write`` lands whole (the stdout
     and stderr pumps write whole lines), in call order, and is visible to
-    readers at once. ``close`` marks the log complete; it is idempotent."""
+    readers at once. ``close`` marks the log complete; it is idempotent, and
+    a ``write`` after it raises ``ValueError``."""
 
     def write(self, data: bytes) -> None: ...
 

@@ -1,0 +1,101 @@
+"""The aiohttp application: route table, middlewares, and serving.
+
+Every operation is one :class:`~etcdsched.api.routing.Route` in :data:`ROUTES`;
+the same list registers the handlers and builds ``/openapi.json``.
+"""
+
+from __future__ import annotations
+
+import time
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from etcdsched import metrics
+from etcdsched.api import routes_cluster, routes_jobs, routes_runs
+from etcdsched.api.auth import Authenticator, RateLimiter
+from etcdsched.api.errors import error_middleware
+from etcdsched.api.openapi import build_document
+from etcdsched.api.quotas import Quotas
+from etcdsched.api.routing import CONTEXT, ApiContext, Route, bind
+from etcdsched.api.services import ApiServices, LogChunkLike, LogReader
+from etcdsched.clock import Clock
+from etcdsched.config import Config
+from etcdsched.jobs import JobService
+from etcdsched.keys import Keys
+from etcdsched.store import Store
+
+__all__ = [
+    "ROUTES",
+    "ApiServices",
+    "LogChunkLike",
+    "LogReader",
+    "make_app",
+    "serve_api",
+]
+
+ROUTES: list[Route] = [*routes_jobs.ROUTES, *routes_runs.ROUTES, *routes_cluster.ROUTES]
+
+
+@web.middleware
+async def metrics_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Count every request by route template (not raw path: bounded labels)."""
+    started = time.perf_counter()
+    status = 500
+    try:
+        response = await handler(request)
+        status = response.status
+        return response
+    except web.HTTPException as exc:
+        status = exc.status
+        raise
+    finally:
+        resource = request.match_info.route.resource
+        route = resource.canonical if resource is not None else "unmatched"
+        metrics.API_REQUESTS.labels(request.method, route, str(status)).inc()
+        metrics.API_LATENCY.labels(route).observe(time.perf_counter() - started)
+
+
+def make_app(services: ApiServices, config: Config) -> web.Application:
+    """The API over ``services``; limits (body size) come from ``config``."""
+    app = web.Application(
+        middlewares=[metrics_middleware, error_middleware],
+        client_max_size=config.max_body_bytes,
+    )
+    auth = Authenticator(services.store, services.keys, services.clock)
+    quotas = Quotas(services, auth, RateLimiter(services.clock))
+    ctx = ApiContext(
+        services=services,
+        auth=auth,
+        quotas=quotas,
+        max_body_bytes=config.max_body_bytes,
+        routes=ROUTES,
+        openapi=build_document(ROUTES),
+    )
+    app[CONTEXT] = ctx
+    for route in ROUTES:
+        app.router.add_route(route.method, route.path, bind(route, ctx), name=route.operation_id)
+    return app
+
+
+async def serve_api(
+    config: Config,
+    store: Store,
+    keys: Keys,
+    clock: Clock,
+    partitions: int,
+    log_reader: LogReader,
+) -> web.AppRunner:
+    """Start the API on ``config.api_host:config.api_port``; the caller owns
+    the returned runner and calls ``await runner.cleanup()`` to stop it."""
+    jobs = JobService(store, keys, clock, partitions)
+    services = ApiServices(store, keys, clock, partitions, jobs, log_reader)
+    runner = web.AppRunner(make_app(services, config), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, config.api_host, config.api_port)
+    try:
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    return runner

@@ -1,0 +1,271 @@
+"""Jobs: create, list, read, replace, delete, pause, resume, trigger, backfill.
+
+Visibility: a tenant token sees only its tenant's jobs; another tenant's job
+is reported as not found (404), exactly like a missing one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from aiohttp import web
+
+from etcdsched.api.auth import Principal
+from etcdsched.api.paging import after_cursor, filtered_range
+from etcdsched.api.routes_runs import cancel_run
+from etcdsched.api.routing import Call, Header, Route, json_model
+from etcdsched.api.schemas import (
+    BackfillBody,
+    BackfillResult,
+    CreateJobBody,
+    DeleteQuery,
+    DeleteResult,
+    JobListQuery,
+    JobPage,
+    JobView,
+    ReplaceJobBody,
+    ResumeBody,
+    TriggerBody,
+    VersionQuery,
+    to_ms,
+)
+from etcdsched.errors import Conflict, EtcdschedError, Forbidden, InvalidInput, NotFound
+from etcdsched.jobs import JobState
+from etcdsched.keys import JOB_ID_PATTERN
+from etcdsched.models import JobRecord, RunRecord
+from etcdsched.spec import JobSpec
+from etcdsched.store import KV, prefix_end
+from etcdsched.triggers import count_slots_between
+
+IDEMPOTENCY = Header("Idempotency-Key", "Repeat a create safely: same key, same job.")
+IF_MATCH = Header("If-Match", "Job version (its ETag) the change is based on.")
+
+
+def _own_spec(who: Principal, spec: JobSpec, default_tenant: str | None = None) -> JobSpec:
+    """Fill in the tenant when the body left it out; refuse writing into a
+    tenant the token does not belong to."""
+    if "tenant" not in spec.model_fields_set:
+        tenant = default_tenant or (who.tenant if not who.is_admin else spec.tenant)
+        spec = spec.model_copy(update={"tenant": tenant})
+    if not who.sees(spec.tenant):
+        raise Forbidden(
+            f"a token of tenant {who.tenant} cannot write jobs of tenant {spec.tenant}",
+            field="spec.tenant",
+        )
+    return spec
+
+
+async def visible_job(call: Call, job_id: str) -> JobState:
+    """The job, or 404 if it does not exist or belongs to another tenant."""
+    if not JOB_ID_PATTERN.match(job_id):
+        raise NotFound(f"job {job_id} not found", field="job_id")
+    state = await call.services.jobs.load(job_id)
+    if not call.who.sees(state.job.value.spec.tenant):
+        raise NotFound(f"job {job_id} not found", field="job_id")
+    return state
+
+
+def _etag(job: JobRecord) -> dict[str, str]:
+    return {"ETag": f'"{job.version}"'}
+
+
+async def _replayed(call: Call, tenant: str, key: str | None) -> bool:
+    """Whether a create with this Idempotency-Key already succeeded (a replay
+    must not be refused by a quota the original passed)."""
+    if not key:
+        return False
+    digest = hashlib.sha256(key.encode()).hexdigest()
+    services = call.services
+    return await services.store.get(services.keys.idempotency(tenant, digest)) is not None
+
+
+async def create_job(call: Call) -> web.StreamResponse:
+    body = call.body_as(CreateJobBody)
+    spec = _own_spec(call.who, body.spec)
+    key = call.request.headers.get(IDEMPOTENCY.name)
+    if not await _replayed(call, spec.tenant, key):
+        await call.ctx.quotas.admit_job(spec.tenant)
+    job = await call.services.jobs.create(spec, body.id, key)
+    if key and (job.spec != spec or (body.id is not None and body.id != job.id)):
+        raise Conflict(
+            f"Idempotency-Key was already used for a different request (job {job.id})",
+            field=IDEMPOTENCY.name,
+        )
+    headers = {"Location": f"/v1/jobs/{job.id}", **_etag(job)}
+    return json_model(job, 201, headers)
+
+
+def _job_filter(call: Call, query: JobListQuery) -> tuple[str | None, dict[str, str]]:
+    tenant = query.tenant if call.who.is_admin else call.who.tenant
+    return tenant, query.label_pairs()
+
+
+async def list_jobs(call: Call) -> web.StreamResponse:
+    query = call.query_as(JobListQuery)
+    keys = call.services.keys
+    tenant, labels = _job_filter(call, query)
+    if not call.who.is_admin and query.tenant not in (None, call.who.tenant):
+        return json_model(JobPage(items=[]))
+
+    def accept(kv: KV) -> JobRecord | None:
+        job = kv.decode(JobRecord).value
+        if tenant is not None and job.spec.tenant != tenant:
+            return None
+        if query.state is not None and job.state != query.state:
+            return None
+        if any(job.spec.labels.get(k) != v for k, v in labels.items()):
+            return None
+        return job
+
+    prefix = keys.jobs_prefix()
+    cursor_key = keys.job(query.cursor) if query.cursor else None
+    start, end = after_cursor(prefix, prefix_end(prefix), cursor_key, False)
+    items, last = await filtered_range(
+        call.services.store, start, end, limit=query.limit, accept=accept
+    )
+    cursor = keys.parse_job(last) if last else None
+    return json_model(JobPage(items=items, next_cursor=cursor))
+
+
+async def get_job(call: Call) -> web.StreamResponse:
+    state = await visible_job(call, call.match("job_id"))
+    job = state.job.value
+    due = state.due.value.slot_ms if state.due and job.state == "active" else None
+    view = JobView.model_validate({**job.model_dump(), "next_slot_ms": due})
+    return json_model(view, headers=_etag(job))
+
+
+def _if_version(call: Call) -> int | None:
+    header = call.request.headers.get(IF_MATCH.name)
+    if header is None:
+        return call.query_as(VersionQuery).version
+    text = header.strip().removeprefix("W/").strip('"')
+    if not text.isdigit():
+        raise InvalidInput('If-Match must be a job version such as "3"', field=IF_MATCH.name)
+    return int(text)
+
+
+async def replace_job(call: Call) -> web.StreamResponse:
+    job_id = call.match("job_id")
+    state = await visible_job(call, job_id)
+    spec = _own_spec(call.who, call.body_as(ReplaceJobBody).spec, state.job.value.spec.tenant)
+    job = await call.services.jobs.replace(job_id, spec, if_version=_if_version(call))
+    return json_model(job, headers=_etag(job))
+
+
+async def delete_job(call: Call) -> web.StreamResponse:
+    job_id = call.match("job_id")
+    query = call.query_as(DeleteQuery)
+    await visible_job(call, job_id)
+    active = await call.services.jobs.delete(job_id)
+    cancelled: list[str] = []
+    if query.cancel_active:
+        reason = f"job deleted by {call.who.name}"
+        for rid in active:
+            try:
+                await cancel_run(call.services, rid, reason, call.who.sees)
+            except EtcdschedError:
+                continue  # ended meanwhile, or out of reach: report what we did
+            cancelled.append(rid)
+    return json_model(DeleteResult(id=job_id, active_runs=active, cancelled=cancelled))
+
+
+async def pause_job(call: Call) -> web.StreamResponse:
+    job_id = call.match("job_id")
+    await visible_job(call, job_id)
+    return json_model(await call.services.jobs.pause(job_id))
+
+
+async def resume_job(call: Call) -> web.StreamResponse:
+    job_id = call.match("job_id")
+    await visible_job(call, job_id)
+    body = call.body_as(ResumeBody)
+    return json_model(await call.services.jobs.resume(job_id, catch_up=body.catch_up))
+
+
+async def trigger_job(call: Call) -> web.StreamResponse:
+    job_id = call.match("job_id")
+    job = (await visible_job(call, job_id)).job.value
+    await call.ctx.quotas.admit_runs(job.spec.tenant, 1)
+    run = await call.services.jobs.trigger(job_id, force=call.body_as(TriggerBody).force)
+    return json_model(run, 201)
+
+
+async def backfill_job(call: Call) -> web.StreamResponse:
+    job_id = call.match("job_id")
+    body = call.body_as(BackfillBody)
+    job = (await visible_job(call, job_id)).job.value
+    start, end = to_ms(body.start), to_ms(body.end)
+    if end < start:
+        raise InvalidInput("end must not be before start", field="end")
+    slots = count_slots_between(job.spec.trigger, start - 1, end, job.anchor_ms, body.limit + 1)
+    await call.ctx.quotas.admit_runs(job.spec.tenant, min(slots, body.limit))
+    created = await call.services.jobs.backfill(job_id, start, end, limit=body.limit)
+    return json_model(BackfillResult(created=created), 201)
+
+
+ROUTES = [
+    Route(
+        "POST",
+        "/v1/jobs",
+        create_job,
+        "Create a job",
+        "jobs",
+        body=CreateJobBody,
+        response=JobRecord,
+        status=201,
+        headers=(IDEMPOTENCY,),
+    ),
+    Route("GET", "/v1/jobs", list_jobs, "List jobs", "jobs", query=JobListQuery, response=JobPage),
+    Route("GET", "/v1/jobs/{job_id}", get_job, "Read a job", "jobs", response=JobView),
+    Route(
+        "PUT",
+        "/v1/jobs/{job_id}",
+        replace_job,
+        "Replace a job's spec (future slots only)",
+        "jobs",
+        body=ReplaceJobBody,
+        query=VersionQuery,
+        response=JobRecord,
+        headers=(IF_MATCH,),
+    ),
+    Route(
+        "DELETE",
+        "/v1/jobs/{job_id}",
+        delete_job,
+        "Delete a job (history stays until retention)",
+        "jobs",
+        query=DeleteQuery,
+        response=DeleteResult,
+    ),
+    Route("POST", "/v1/jobs/{job_id}/pause", pause_job, "Pause a job", "jobs", response=JobRecord),
+    Route(
+        "POST",
+        "/v1/jobs/{job_id}/resume",
+        resume_job,
+        "Resume a paused job",
+        "jobs",
+        body=ResumeBody,
+        response=JobRecord,
+    ),
+    Route(
+        "POST",
+        "/v1/jobs/{job_id}/trigger",
+        trigger_job,
+        "Run a job now",
+        "jobs",
+        body=TriggerBody,
+        response=RunRecord,
+        status=201,
+    ),
+    Route(
+        "POST",
+        "/v1/jobs/{job_id}/backfill",
+        backfill_job,
+        "Create runs for past slots without one",
+        "jobs",
+        body=BackfillBody,
+        response=BackfillResult,
+        status=201,
+    ),
+]

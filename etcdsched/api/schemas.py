@@ -1,0 +1,209 @@
+"""Request and response bodies and query strings of the HTTP API.
+
+Requests forbid unknown fields (a typo is a 422 naming it, never silently
+ignored); responses reuse the stored records and ignore unknown fields, so
+an older client keeps working against a newer server.
+
+Instants in queries and request bodies are RFC 3339 strings with an offset;
+stored records keep epoch milliseconds (fields ending in ``_ms``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+
+from etcdsched.api.auth import Role, TenantLimits
+from etcdsched.models import (
+    JobRecord,
+    OwnerRecord,
+    RunRecord,
+    SchedulerMember,
+    SkipRecord,
+    WorkerMember,
+)
+from etcdsched.spec import TENANT_PATTERN, JobSpec
+from etcdsched.statemachine import RunState
+
+MAX_PAGE = 1000
+
+
+def to_ms(value: datetime) -> int:
+    return int(value.timestamp() * 1000)
+
+
+class _Input(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Output(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+# -- request bodies --------------------------------------------------------
+class CreateJobBody(_Input):
+    """``POST /v1/jobs``. Without ``id`` the server picks one; without
+    ``spec.tenant`` a tenant token's own tenant is used."""
+
+    id: str | None = Field(None, description="Job id: 1-128 of letters, digits, '_', '.', '-'.")
+    spec: JobSpec
+
+
+class ReplaceJobBody(_Input):
+    """``PUT /v1/jobs/{job_id}``: the new spec, for future slots."""
+
+    spec: JobSpec
+
+
+class ResumeBody(_Input):
+    catch_up: Literal["skip", "run_once"] = Field(
+        "skip", description="Slots missed while paused: skip them, or run the latest once."
+    )
+
+
+class TriggerBody(_Input):
+    force: bool = Field(False, description="Run even if the overlap policy is 'skip'.")
+
+
+class BackfillBody(_Input):
+    start: AwareDatetime
+    end: AwareDatetime
+    limit: int = Field(1000, ge=1, le=MAX_PAGE, description="Refuse ranges with more slots.")
+
+
+class CancelBody(_Input):
+    reason: str = Field("", max_length=512)
+
+
+class TokenBody(_Input):
+    tenant: str = Field(pattern=TENANT_PATTERN)
+    role: Role = "tenant"
+    name: str = Field(min_length=1, max_length=128)
+
+
+# -- query strings ---------------------------------------------------------
+class PageQuery(_Input):
+    cursor: str | None = Field(None, description="next_cursor of the previous page.")
+    limit: int = Field(100, ge=1, le=MAX_PAGE)
+
+
+class JobListQuery(PageQuery):
+    tenant: str | None = None
+    state: Literal["active", "paused"] | None = None
+    label: list[str] = Field(default_factory=list, description="k=v; repeat to AND them.")
+
+    @field_validator("label")
+    @classmethod
+    def _pairs(cls, labels: list[str]) -> list[str]:
+        for label in labels:
+            if "=" not in label:
+                raise ValueError(f"label filter {label!r} must be key=value")
+        return labels
+
+    def label_pairs(self) -> dict[str, str]:
+        return dict(label.split("=", 1) for label in self.label)
+
+
+class RunListQuery(PageQuery):
+    state: list[RunState] = Field(default_factory=list, description="Repeat to OR them.")
+    since: AwareDatetime | None = Field(None, description="Slots at or after this instant.")
+    until: AwareDatetime | None = Field(None, description="Slots at or before this instant.")
+    order: Literal["asc", "desc"] = "desc"
+
+
+class VersionQuery(_Input):
+    version: int | None = Field(None, ge=1, description="Refuse unless the job is at it.")
+
+
+class DeleteQuery(_Input):
+    cancel_active: bool = False
+
+
+class LogQuery(_Input):
+    attempt: int | None = Field(None, ge=1, description="Default: the latest attempt.")
+    offset: int = Field(0, ge=0)
+    limit: int = Field(1 << 20, ge=1, le=1 << 20)
+    follow: bool = Field(False, description="Stream while the attempt is executing.")
+
+
+# -- responses -------------------------------------------------------------
+class ErrorDetail(_Output):
+    code: str
+    message: str
+    field: str | None = None
+
+
+class ErrorBody(_Output):
+    error: ErrorDetail
+
+
+class JobView(JobRecord):
+    next_slot_ms: int | None = Field(None, description="Next due slot; null if none or paused.")
+
+
+class JobPage(_Output):
+    items: list[JobRecord]
+    next_cursor: str | None = None
+
+
+class DeleteResult(_Output):
+    id: str
+    active_runs: list[str] = Field(description="Runs still active when the job was deleted.")
+    cancelled: list[str] = Field(default_factory=list)
+
+
+class BackfillResult(_Output):
+    created: list[str]
+
+
+class RunPage(_Output):
+    items: list[RunRecord]
+    next_cursor: str | None = None
+
+
+class SkipPage(_Output):
+    items: list[SkipRecord]
+    next_cursor: str | None = None
+
+
+class Explain(_Output):
+    pending_reason: str | None = Field(None, description="Why it has not started (yet).")
+    skips: list[SkipRecord] = Field(description="Skipped-slot records nearest its slot.")
+
+
+class RunView(RunRecord):
+    explain: Explain | None = None
+
+
+class TokenCreated(_Output):
+    token: str = Field(description="The secret; shown only this once.")
+    tenant: str
+    role: Role
+    name: str
+
+
+class TenantView(_Output):
+    name: str
+    limits: TenantLimits
+    updated_ms: int = 0
+
+
+class OwnerView(OwnerRecord):
+    partition: int
+
+
+class ClusterView(_Output):
+    partitions: int
+    schedulers: list[SchedulerMember]
+    workers: list[WorkerMember]
+    owners: list[OwnerView]
+    unowned: list[int]
+    queue_depth: int
+    queue_by_partition: dict[str, int] = Field(description="Non-empty partitions only.")
+
+
+class Health(_Output):
+    status: str
+    detail: str = ""

@@ -1,0 +1,114 @@
+"""The CLI against the live in-process API. The CLI runs its own event loop,
+so each invocation runs in a thread while the API serves on the test loop."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from etcdsched.cli import main
+from etcdsched.cli_support import resolve_connection
+from etcdsched.statemachine import RunState
+from tests.api.conftest import Api
+
+
+async def cli(api: Api, *args: str, token: str | None = None) -> Result:
+    env = {"ETCDSCHED_URL": api.url, "ETCDSCHED_TOKEN": token or api.admin}
+    runner = CliRunner()
+    return await asyncio.to_thread(runner.invoke, main, list(args), env=env)
+
+
+async def test_job_lifecycle(api: Api) -> None:
+    result = await cli(
+        api, "job", "create", "--id", "cj", "--cron", "*/5 * * * *", "--tz", "Europe/Berlin",
+        "--timeout", "10m", "--retries", "2", "--label", "team=red", "--", "echo", "-n", "hi",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "cj" in result.output and "Europe/Berlin" in result.output
+    job = await api.services.jobs.get("cj")
+    assert job.spec.execution.argv == ["echo", "-n", "hi"]  # type: ignore[union-attr]
+    assert job.spec.retry.max_attempts == 3 and job.spec.labels == {"team": "red"}
+
+    listing = await cli(api, "job", "ls", "--label", "team=red")
+    assert listing.exit_code == 0 and "cj" in listing.output and "TRIGGER" in listing.output
+    as_json = await cli(api, "-o", "json", "job", "get", "cj")
+    assert json.loads(as_json.output)["id"] == "cj"
+    assert (await cli(api, "job", "pause", "cj")).exit_code == 0
+    assert (await api.services.jobs.get("cj")).state == "paused"
+    assert (await cli(api, "job", "resume", "cj")).exit_code == 0
+
+    triggered = await cli(api, "job", "trigger", "cj")
+    run_id = triggered.output.strip()
+    assert triggered.exit_code == 0 and run_id.startswith("cj@")
+    runs = await cli(api, "job", "runs", "cj")
+    assert run_id in runs.output and "pending" in runs.output
+    shown = await cli(api, "run", "get", run_id)
+    assert "no live worker" in shown.output
+    cancelled = await cli(api, "run", "cancel", run_id)
+    assert cancelled.exit_code == 0 and "cancelled" in cancelled.output
+    assert (await cli(api, "job", "skips", "cj")).exit_code == 0
+    assert (await cli(api, "job", "rm", "cj")).exit_code == 0
+    missing = await cli(api, "job", "get", "cj")
+    assert missing.exit_code == 1 and "not_found" in missing.output
+
+
+async def test_job_create_from_file(api: Api, tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(
+        "id: from-file\nspec:\n  trigger: {kind: interval, every: 30s}\n"
+        "  execution: {argv: [sleep, '1']}\n"
+    )
+    result = await cli(api, "job", "create", "-f", str(path), "--tenant", "acme")
+    assert result.exit_code == 0, result.output
+    job = await api.services.jobs.get("from-file")
+    assert job.spec.tenant == "acme"
+
+
+async def test_invalid_input_names_the_field(api: Api) -> None:
+    result = await cli(api, "job", "create", "--every", "0s", "--", "true")
+    assert result.exit_code == 1
+    assert "spec.trigger.interval.every" in result.output
+    usage = await cli(api, "job", "create", "--every", "1m", "--cron", "* * * * *", "--", "x")
+    assert usage.exit_code == 2
+
+
+async def test_logs_status_and_tokens(api: Api) -> None:
+    async with api.client(api.admin) as client:
+        await client.create_job(
+            {"trigger": {"kind": "interval", "every": "1h"}, "execution": {"argv": ["x"]}},
+            job_id="lg",
+        )
+        run = await client.trigger_job("lg")
+    logs = await cli(api, "run", "logs", run.id)
+    assert logs.exit_code == 0 and logs.output == ""
+    state = await cli(api, "status")
+    assert state.exit_code == 0 and "queue depth: 1" in state.output
+    made = await cli(api, "token", "create", "--tenant", "acme", "--name", "bot")
+    secret = made.output.strip()
+    assert made.exit_code == 0 and secret.startswith("esk_")
+    mine = await cli(api, "job", "ls", token=secret)
+    assert mine.exit_code == 0 and "lg" not in mine.output
+    denied = await cli(api, "run", "cancel", run.id, token=secret)
+    assert denied.exit_code == 1 and "not_found" in denied.output
+    assert (await api.services.jobs.runs.load(api.services.store, run.id)).value.state is (
+        RunState.PENDING
+    )
+    limited = await cli(api, "tenant", "set", "acme", "--max-jobs", "3")
+    assert limited.exit_code == 0 and "max_jobs" in limited.output
+
+
+def test_connection_settings_fallbacks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+    assert resolve_connection(None, None) == ("http://127.0.0.1:8080", None)
+    (tmp_path / "cfg" / "etcdsched").mkdir(parents=True)
+    (tmp_path / "cfg" / "etcdsched" / "config.yaml").write_text("url: http://h:1\ntoken: t1\n")
+    assert resolve_connection(None, None) == ("http://h:1", "t1")
+    (tmp_path / ".etcdsched").mkdir()
+    (tmp_path / ".etcdsched" / "admin.token").write_text("local\n")
+    assert resolve_connection(None, None) == ("http://h:1", "local")
+    assert resolve_connection("http://x:2", "flag") == ("http://x:2", "flag")

@@ -1,0 +1,191 @@
+"""DirLogStore: one file per attempt, a done marker, follow with an injected poll."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from etcdsched.errors import InvalidInput, NotFound
+from etcdsched.logstore import READ_LIMIT, DirLogStore, Poll
+
+RUN = "job-1@01767225600000"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> DirLogStore:
+    return DirLogStore(tmp_path / "logs")
+
+
+def scripted_poll(steps: list[Callable[[], None]]) -> tuple[list[float], Poll]:
+    """A poll that does the next step (a write, a close, nothing) instead of sleeping."""
+    waits: list[float] = []
+
+    async def poll(seconds: float) -> None:
+        waits.append(seconds)
+        steps.pop(0)()
+
+    return waits, poll
+
+
+async def test_layout_is_one_file_per_attempt_with_a_done_marker(
+    store: DirLogStore, tmp_path: Path
+) -> None:
+    writer = store.open_writer(RUN, 2)
+    writer.write(b"hello\n")
+    run_dir = tmp_path / "logs" / "job-1" / "01767225600000"
+    assert (run_dir / "attempt-2.log").read_bytes() == b"hello\n"
+    assert not (run_dir / "attempt-2.done").exists()
+    writer.close()
+    writer.close()  # idempotent
+    assert (run_dir / "attempt-2.done").exists()
+
+
+async def test_read_while_writing_then_after_close(store: DirLogStore) -> None:
+    writer = store.open_writer(RUN, 1)
+    writer.write(b"one\n")
+    chunk = await store.read(RUN, 1)
+    assert (chunk.data, chunk.next_offset, chunk.complete, chunk.attempt) == (b"one\n", 4, False, 1)
+    writer.write(b"two\n")
+    writer.close()
+    chunk = await store.read(RUN, 1, offset=chunk.next_offset)
+    assert (chunk.data, chunk.next_offset, chunk.complete) == (b"two\n", 8, True)
+
+
+async def test_read_pages_with_limit_and_is_complete_only_at_the_end(store: DirLogStore) -> None:
+    writer = store.open_writer(RUN, 1)
+    writer.write(b"abcdef")
+    writer.close()
+    first = await store.read(RUN, 1, limit=4)
+    assert (first.data, first.complete) == (b"abcd", False)
+    rest = await store.read(RUN, 1, offset=first.next_offset, limit=4)
+    assert (rest.data, rest.next_offset, rest.complete) == (b"ef", 6, True)
+    past_end = await store.read(RUN, 1, offset=100)
+    assert (past_end.data, past_end.next_offset, past_end.complete) == (b"", 100, True)
+
+
+async def test_read_defaults_to_the_latest_attempt(store: DirLogStore) -> None:
+    for attempt in (1, 3, 2):
+        writer = store.open_writer(RUN, attempt)
+        writer.write(f"attempt {attempt}\n".encode())
+        writer.close()
+    assert await store.attempts(RUN) == [1, 2, 3]
+    chunk = await store.read(RUN)
+    assert (chunk.attempt, chunk.data) == (3, b"attempt 3\n")
+
+
+async def test_missing_logs_are_not_found(store: DirLogStore) -> None:
+    assert await store.attempts(RUN) == []
+    with pytest.raises(NotFound):
+        await store.read(RUN)
+    store.open_writer(RUN, 1).close()
+    with pytest.raises(NotFound):
+        await store.read(RUN, 2)
+    with pytest.raises(NotFound):
+        async for _ in store.follow("other@01767225600000"):
+            pass
+
+
+async def test_follow_yields_data_as_it_arrives_and_ends_when_complete(
+    store: DirLogStore,
+) -> None:
+    writer = store.open_writer(RUN, 1)
+    writer.write(b"a\n")
+    waits, poll = scripted_poll(
+        [lambda: writer.write(b"b\n"), lambda: None, lambda: writer.write(b"c\n"), writer.close]
+    )
+    received = [data async for data in store.follow(RUN, 1, poll=poll)]
+    assert received == [b"a\n", b"b\n", b"c\n"]
+    assert waits == [0.1, 0.1, 0.1, 0.1]
+
+
+async def test_follow_from_an_offset_of_a_finished_log_does_not_wait(store: DirLogStore) -> None:
+    writer = store.open_writer(RUN, 1)
+    writer.write(b"x" * (READ_LIMIT + 10))
+    writer.close()
+    waits, poll = scripted_poll([])
+    received = [data async for data in store.follow(RUN, offset=5, poll=poll)]
+    assert [len(data) for data in received] == [READ_LIMIT, 5]
+    assert waits == []
+
+
+async def test_reopened_writer_appends_and_is_live_again(store: DirLogStore) -> None:
+    first = store.open_writer(RUN, 1)
+    first.write(b"before\n")
+    first.close()
+    second = store.open_writer(RUN, 1)
+    second.write(b"after\n")
+    chunk = await store.read(RUN, 1)
+    assert (chunk.data, chunk.complete) == (b"before\nafter\n", False)
+    second.close()
+    with pytest.raises(ValueError):
+        second.write(b"late\n")
+
+
+def test_two_threads_write_whole_lines(store: DirLogStore, tmp_path: Path) -> None:
+    writer = store.open_writer(RUN, 1)
+    lines = {name: f"{name}{'.' * 5000}\n".encode() for name in ("out", "err")}
+
+    def pump(line: bytes) -> None:
+        for _ in range(200):
+            writer.write(line)
+
+    threads = [threading.Thread(target=pump, args=(line,)) for line in lines.values()]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    writer.close()
+    content = (tmp_path / "logs" / "job-1" / "01767225600000" / "attempt-1.log").read_bytes()
+    written = content.splitlines(keepends=True)
+    assert len(written) == 400
+    assert set(written) == set(lines.values())
+
+
+async def test_archive_appends_json_lines(store: DirLogStore, tmp_path: Path) -> None:
+    await store.archive("job-1", [json.dumps({"id": 1})])
+    await store.archive("job-1", [json.dumps({"id": 2}), json.dumps({"id": 3})])
+    archive = tmp_path / "logs" / "job-1" / "archive.jsonl"
+    assert [json.loads(line)["id"] for line in archive.read_text().splitlines()] == [1, 2, 3]
+    with pytest.raises(InvalidInput):
+        await store.archive("job-1", ['{"a":\n1}'])
+
+
+async def test_delete_removes_every_attempt_but_not_the_archive(
+    store: DirLogStore, tmp_path: Path
+) -> None:
+    for attempt in (1, 2):
+        store.open_writer(RUN, attempt).close()
+    await store.archive("job-1", ["{}"])
+    await store.delete(RUN)
+    await store.delete(RUN)  # already gone: fine
+    assert await store.attempts(RUN) == []
+    assert (tmp_path / "logs" / "job-1" / "archive.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    "run_id",
+    ["../x@01767225600000", "..@01767225600000", "a/../b@01767225600000", "job@../../etc", "job"],
+)
+async def test_path_traversal_is_refused(store: DirLogStore, run_id: str) -> None:
+    with pytest.raises(InvalidInput):
+        await store.read(run_id, 1)
+    with pytest.raises(InvalidInput):
+        store.open_writer(run_id, 1)
+    with pytest.raises(InvalidInput):
+        await store.delete(run_id)
+
+
+@pytest.mark.parametrize("job_id", ["..", ".", "../etc", "a/b", ""])
+async def test_archive_refuses_bad_job_ids(store: DirLogStore, job_id: str) -> None:
+    with pytest.raises(InvalidInput):
+        await store.archive(job_id, ["{}"])
+
+
+@pytest.mark.parametrize("attempt", [0, -1, True])
+def test_attempt_numbers_start_at_one(store: DirLogStore, attempt: int) -> None:
+    with pytest.raises(InvalidInput):
+        store.open_writer(RUN, attempt)
