@@ -27,8 +27,6 @@ from etcdsched.worker import WorkerService
 
 log = logging.getLogger(__name__)
 ROLES = frozenset({"scheduler", "worker", "api"})
-UP_CLIENT_PORT = 2379
-UP_PEER_PORT = 2380
 
 
 def make_executor(name: str) -> Executor:
@@ -92,15 +90,15 @@ def _stop_on_signals() -> asyncio.Event:
     return stop
 
 
-def start_embedded_etcd(data_dir: Path) -> EtcdMember:
+def start_embedded_etcd(data_dir: Path, client_port: int, peer_port: int) -> EtcdMember:
     """The private single-member etcd of ``etcdsched up``, on fixed loopback
     ports so a restart finds its data and its peers' URLs unchanged."""
     data_dir.mkdir(parents=True, exist_ok=True)
     member = EtcdMember(
         "etcdsched",
         data_dir / "etcd",
-        UP_CLIENT_PORT,
-        UP_PEER_PORT,
+        client_port,
+        peer_port,
         tuning=EtcdTuning(auto_compaction_retention=10_000, quota_backend_bytes=4 * 1024**3),
     )
     member.start()
@@ -114,7 +112,9 @@ async def run_up(config: Config, data_dir: Path, etcd: str | None = None) -> Non
     one agent with every role."""
     member = None
     if etcd is None:
-        member = start_embedded_etcd(data_dir)
+        member = start_embedded_etcd(
+            data_dir, config.embedded_client_port, config.embedded_peer_port
+        )
         etcd = member.endpoint
     config = config.model_copy(update={"etcd": etcd, "log_dir": data_dir / "logs"})
     try:

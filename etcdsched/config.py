@@ -52,6 +52,10 @@ class Config(BaseSettings):
     shutdown_grace: float = Field(30.0, ge=0)
     log_dir: Path = Path(".etcdsched/logs")
 
+    # etcdsched up
+    embedded_client_port: int = Field(2379, description="Embedded etcd client port (up).")
+    embedded_peer_port: int = Field(2380, description="Embedded etcd peer port (up).")
+
     # api
     api_host: str = "127.0.0.1"
     api_port: int = 8080

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ from etcd3aio._protobuf import (
 )
 
 from etcdsched.errors import OutcomeUnknown, StoreRejected, StoreUnavailable
+from etcdsched.metrics import ETCD_LATENCY
 from etcdsched.store import (
     KV,
     Compacted,
@@ -162,10 +164,19 @@ class EtcdStore:
             raise StoreUnavailable("store is closed")
         return self._client.kv
 
-    async def _call(self, write: bool, make: Any) -> Any:
+    async def _call(self, write: bool, make: Any, op: str = "") -> Any:
         """Run one RPC, mapping transport failures to our errors. An expired
         auth token is refreshed once."""
         self.stats.requests += 1
+        started = time.perf_counter()
+        try:
+            return await self._call_once(write, make)
+        finally:
+            ETCD_LATENCY.labels(op=op or ("write" if write else "read")).observe(
+                time.perf_counter() - started
+            )
+
+    async def _call_once(self, write: bool, make: Any) -> Any:
         for attempt in (1, 2):
             try:
                 return await make()
@@ -215,6 +226,7 @@ class EtcdStore:
                 sort_order=SortOrder.DESCEND if descending else SortOrder.NONE,
                 timeout=self._options.timeout,
             ),
+            "range",
         )
         kvs = [_kv(pb) for pb in response.kvs]
         self.stats.keys_read += len(kvs)
@@ -233,6 +245,7 @@ class EtcdStore:
                 timeout=self._options.timeout,
                 max_attempts=1,
             ),
+            "txn",
         )
         responses: list[list[KV]] = []
         for item in response.responses:

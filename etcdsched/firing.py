@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 from etcdsched.cache import PrefixCache
 from etcdsched.clock import Clock
 from etcdsched.errors import OutcomeUnknown, OwnershipLost
-from etcdsched.keys import Keys
+from etcdsched.keys import Keys, run_seq
+from etcdsched.metrics import FIRES
 from etcdsched.models import ActivePointer, DueEntry, SkipRecord
 from etcdsched.ownership import Ownership
-from etcdsched.planning import plan_fire
+from etcdsched.planning import FirePlan, PlannedRun, plan_fire
 from etcdsched.runs import RunOps, RunOrigin, new_run
 from etcdsched.store import KV, Cmp, Compare, Op, Ops, Store
 
@@ -133,8 +134,14 @@ class PartitionFirer:
         return grouped
 
     def _entry_write(
-        self, kv: KV, now_ms: int, active_by_job: dict[str, list[ActivePointer]]
+        self,
+        kv: KV,
+        now_ms: int,
+        active_by_job: dict[str, list[ActivePointer]],
+        existing: frozenset[int] = frozenset(),
     ) -> EntryWrite:
+        """The write that fires ``kv``; planned runs whose slot is in
+        ``existing`` already have a run (a backfill made it) and are left out."""
         entry = kv.decode(DueEntry).value
         plan = plan_fire(entry, now_ms)
         job_key = self.keys.job(entry.job_id)
@@ -144,22 +151,39 @@ class PartitionFirer:
                 Compare(job_key, "version", "==", entry.job_key_version),
             ]
         )
-        origin = RunOrigin(entry.job_id, entry.spec, entry.job_version)
         active = list(active_by_job.get(entry.job_id, []))
-        skips = list(plan.skips)
-        for planned in plan.runs:
+        planned = [p for p in plan.runs if p.slot_ms not in existing]
+        skips = [*plan.skips, *self._add_runs(write, entry, planned, now_ms, active)]
+        write.ops += [Ops.put(self.keys.skip(s.job_id, s.first_slot_ms), s) for s in skips]
+        self.stats.skipped += sum(s.count for s in skips)
+        write.ops += self._due_ops(kv, entry, plan.next_entry, write)
+        return write
+
+    def _add_runs(
+        self,
+        write: EntryWrite,
+        entry: DueEntry,
+        planned: list[PlannedRun],
+        now_ms: int,
+        active: list[ActivePointer],
+    ) -> list[SkipRecord]:
+        """Add the planned runs to ``write`` as the overlap policy allows;
+        returns the skip records of the slots it refused."""
+        origin = RunOrigin(entry.job_id, entry.spec, entry.job_version)
+        skips = []
+        for slot in planned:
             run = new_run(
                 origin,
-                planned.slot_ms,
+                slot.slot_ms,
                 now_ms,
                 self.partitions,
-                coalesced=planned.coalesced,
-                reason=planned.reason,
+                coalesced=slot.coalesced,
+                reason=slot.reason,
                 created_by=self.ownership.signature,
             )
             verdict = self._overlap(entry, active)
             if verdict == "skip":
-                skips.append(self._overlap_skip(entry, planned.slot_ms, now_ms))
+                skips.append(self._overlap_skip(entry, slot.slot_ms, now_ms))
                 continue
             compares, ops = self.runs.create(run)
             if entry.spec.overlap == "skip":
@@ -171,10 +195,7 @@ class PartitionFirer:
             write.ops += ops
             write.created.append(run.id)
             active.append(ActivePointer(run_id=run.id))
-        write.ops += [Ops.put(self.keys.skip(s.job_id, s.first_slot_ms), s) for s in skips]
-        self.stats.skipped += sum(s.count for s in skips)
-        write.ops += self._due_ops(kv, entry, plan.next_entry, write)
-        return write
+        return skips
 
     @staticmethod
     def _overlap(entry: DueEntry, active: list[ActivePointer]) -> str:
@@ -230,7 +251,7 @@ class PartitionFirer:
         if len(chunk) > 1:
             await self._one_by_one(chunk, now_ms)
         else:
-            await self._resolve_single(chunk[0][0])
+            await self._resolve_single(chunk[0][0], now_ms)
 
     def _check_owner(self, owner_kvs: list[KV], guard: Compare) -> None:
         if not owner_kvs or owner_kvs[0].create_revision != guard.operand:
@@ -261,13 +282,15 @@ class PartitionFirer:
             self._applied([(kv, write)], result.revision)
             return
         self._check_owner(result.responses[0], guard)
-        await self._resolve_single(kv)
+        await self._resolve_single(kv, now_ms)
 
-    async def _resolve_single(self, kv: KV) -> None:
-        """A lone entry that still fails: its run already exists (e.g. a
-        backfill made it) or the job changed under it. Re-read; if the job
-        is gone, drop the orphaned entry; otherwise skip creating runs that
-        exist and advance."""
+    async def _resolve_single(self, kv: KV, now_ms: int) -> None:
+        """A lone entry that still fails: the job changed under it, or a run
+        of one of its slots already exists (a backfill made it). Re-read; if
+        the job is gone or changed, drop the orphaned entry; otherwise fire it
+        again leaving out the runs that exist — each of those slots is
+        already explained by its run, and the plan's other runs and skip
+        records must still be written, or their slots would be lost."""
         entry = kv.decode(DueEntry).value
         job = await self.store.get(self.keys.job(entry.job_id))
         if job is None or job.version != entry.job_key_version:
@@ -278,17 +301,29 @@ class PartitionFirer:
             self.due.items.pop(kv.key, None)
             log.info("dropped stale due entry %s", kv.key)
             return
-        log.warning("due entry %s keeps conflicting; advancing past existing runs", kv.key)
-        await self._advance_past_existing(kv, entry)
-
-    async def _advance_past_existing(self, kv: KV, entry: DueEntry) -> None:
-        write = EntryWrite(compares=[Compare(kv.key, "mod", "==", kv.mod_revision)])
-        plan = plan_fire(entry, self.clock.now_ms())
-        write.ops = self._due_ops(kv, entry, plan.next_entry, write)
+        existing = await self._existing_runs(entry, plan_fire(entry, now_ms))
+        log.warning("due entry %s conflicts; runs exist for slots %s", kv.key, sorted(existing))
+        write = self._entry_write(kv, now_ms, await self._fresh_active(kv), existing)
         guard = self.ownership.guard(self.partition)
         result = await self.store.txn([guard, *write.compares], write.ops)
         if result.succeeded:
             self._applied([(kv, write)], result.revision)
+        # else: left in the cache; the next pass re-reads and decides again
+
+    async def _existing_runs(self, entry: DueEntry, plan: FirePlan) -> frozenset[int]:
+        """Slots of ``plan`` that already have a (non-manual) run."""
+        if not plan.runs:
+            return frozenset()
+        prefix = self.keys.runs_prefix(entry.job_id)
+        first, last = plan.runs[0].slot_ms, plan.runs[-1].slot_ms
+        page = await self.store.range(
+            prefix + run_seq(first), prefix + run_seq(last + 1), keys_only=True
+        )
+        planned = {p.slot_ms for p in plan.runs}
+        refs = (self.keys.parse_run(kv.key) for kv in page.kvs)
+        return frozenset(
+            r.slot_ms for r in refs if r.seq == run_seq(r.slot_ms) and r.slot_ms in planned
+        )
 
     def _applied(self, chunk: list[tuple[KV, EntryWrite]], revision: int) -> None:
         """Reflect a committed batch in memory before the watch echoes it, so
@@ -301,6 +336,7 @@ class PartitionFirer:
                     key, entry.model_dump_json().encode(), revision, revision, 1
                 )
             self.stats.fired += len(write.created)
+            FIRES.labels(kind="scheduled").inc(len(write.created))
             self.cancel_requests += write.cancel_after
 
     # -- loop ------------------------------------------------------------------

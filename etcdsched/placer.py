@@ -23,6 +23,7 @@ from etcdsched.cache import PrefixCache
 from etcdsched.clock import Clock
 from etcdsched.errors import NotFound
 from etcdsched.keys import Keys, run_seq
+from etcdsched.metrics import LOST_RUNS, QUEUE_DEPTH
 from etcdsched.models import (
     ActivePointer,
     Assignment,
@@ -88,6 +89,7 @@ class PartitionPlacer:
     async def place_once(self, now_ms: int) -> int:
         """Try to place every queued run whose not-before is within the lookahead."""
         views = self.worker_views()
+        QUEUE_DEPTH.labels(partition=str(self.partition)).set(len(self.queue.items))
         placed = 0
         for key in sorted(self.queue.items):
             if self.keys.parse_queue(key).not_before_ms > now_ms + self.lookahead_ms:
@@ -284,6 +286,7 @@ class PartitionPlacer:
             self.runs.finish_ops(ended, worker, self.partition),
         )
         if result.succeeded:
+            LOST_RUNS.inc()
             log.warning("run %s lost on worker %s -> %s", ended.id, worker, ended.state)
         return int(result.succeeded)
 

@@ -12,6 +12,7 @@ from typing import Literal
 
 from etcdsched.errors import Conflict, NotFound
 from etcdsched.keys import Keys, partition_of, run_id, run_seq
+from etcdsched.metrics import RETRIES, RUNS_BY_STATE
 from etcdsched.models import ActivePointer, Assignment, RunRecord
 from etcdsched.spec import JobSpec
 from etcdsched.statemachine import RunState, transition
@@ -108,6 +109,9 @@ class RunOps:
     def finish_ops(self, run: RunRecord, worker: str, partition: int) -> list[Op]:
         """Ops after an attempt ended: store the run, drop the assignment;
         a retry goes back to the queue at its retry instant."""
+        RUNS_BY_STATE.labels(state=run.state.value).inc()
+        if run.state is RunState.RETRY_WAIT and run.current is not None:
+            RETRIES.labels(outcome=run.current.state.value).inc()
         ops = [Ops.delete(self.keys.assign(worker, run.id))]
         if run.state is RunState.RETRY_WAIT:
             _, requeue = self.requeue(run)

@@ -25,6 +25,7 @@ from etcdsched.config import Config
 from etcdsched.errors import EtcdschedError, OwnershipLost
 from etcdsched.firing import PartitionFirer
 from etcdsched.keys import Keys
+from etcdsched.metrics import PARTITIONS_OWNED
 from etcdsched.models import ClusterMeta, OwnerRecord, SchedulerMember
 from etcdsched.ownership import Ownership, desired_owners
 from etcdsched.placer import PartitionPlacer
@@ -154,12 +155,16 @@ class SchedulerService:
             if desired.get(partition) != self.member_id or tasks_done(tasks):
                 await self._stop_partition(partition)
                 await self.ownership.release(partition)
+        before = len(self.owned)
         for partition, member in desired.items():
             wanted = member == self.member_id and partition not in self.owned
             if not wanted or not self._free(partition):
                 continue
             if await self.ownership.acquire(partition, self.session, self.clock.now_ms()):
                 self._start_partition(partition)
+        PARTITIONS_OWNED.set(len(self.owned))
+        if len(self.owned) != before:
+            log.info("scheduler %s owns %d partitions", self.member_id, len(self.owned))
 
     def _free(self, partition: int) -> bool:
         kv = self.owners.items.get(self.keys.owner(partition))
@@ -204,7 +209,7 @@ class SchedulerService:
             ),
         ]
         self.owned[partition] = tasks
-        log.info("scheduler %s owns partition %d", self.member_id, partition)
+        log.debug("scheduler %s owns partition %d", self.member_id, partition)
 
     async def _guarded(self, work: Coroutine[Any, Any, None], partition: int) -> None:
         """Run a partition task; losing ownership ends it quietly."""
