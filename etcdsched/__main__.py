@@ -1,0 +1,5 @@
+"""``python -m etcdsched`` is the ``etcdsched`` command."""
+
+from etcdsched.cli import main
+
+main()
