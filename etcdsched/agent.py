@@ -48,7 +48,7 @@ async def run_agent(config: Config, roles: set[str], stop: asyncio.Event | None 
         worker = None
         tasks: list[asyncio.Task[None]] = []
         if "scheduler" in roles:
-            scheduler = SchedulerService(config, store, keys, clock)
+            scheduler = SchedulerService(config, store, keys, clock, logs)
             tasks.append(asyncio.create_task(scheduler.run(), name="scheduler"))
         if "worker" in roles:
             worker = WorkerService(config, store, keys, clock, make_executor(config.executor), logs)

@@ -25,10 +25,12 @@ from etcdsched.config import Config
 from etcdsched.errors import EtcdschedError, OwnershipLost
 from etcdsched.firing import PartitionFirer
 from etcdsched.keys import Keys
+from etcdsched.logstore import LogStore
 from etcdsched.metrics import PARTITIONS_OWNED
 from etcdsched.models import ClusterMeta, OwnerRecord, SchedulerMember
 from etcdsched.ownership import Ownership, desired_owners
 from etcdsched.placer import PartitionPlacer
+from etcdsched.retention import RetentionSweeper
 from etcdsched.runs import cancel_run
 from etcdsched.session import Session
 from etcdsched.store import Cmp, Ops, Store
@@ -56,7 +58,14 @@ class PartitionTasks:
 
 
 class SchedulerService:
-    def __init__(self, config: Config, store: Store, keys: Keys, clock: Clock) -> None:
+    def __init__(
+        self,
+        config: Config,
+        store: Store,
+        keys: Keys,
+        clock: Clock,
+        logs: LogStore | None = None,
+    ) -> None:
         self.config = config
         self.store = store
         self.keys = keys
@@ -73,6 +82,7 @@ class SchedulerService:
         )
         self.owners = PrefixCache(store, clock, keys.owners_prefix(), relist_every=10)
         self._caches: list[asyncio.Task[None]] = []
+        self.retention = RetentionSweeper(store, keys, logs)
 
     # -- lifecycle ---------------------------------------------------------------
     async def run(self) -> None:
@@ -175,7 +185,11 @@ class SchedulerService:
     def _start_partition(self, partition: int) -> None:
         cfg = self.config
         active = PrefixCache(
-            self.store, self.clock, self.keys.active_prefix(partition), relist_every=15
+            self.store,
+            self.clock,
+            self.keys.active_prefix(partition),
+            relist_every=15,
+            on_event=self.retention.on_active_event,
         )
         firer = PartitionFirer(
             partition,
@@ -234,6 +248,7 @@ class SchedulerService:
                 await self._cancel_previous(tasks.firer, now)
                 if self.clock.monotonic() >= next_reconcile:
                     await placer.reconcile_once(now)
+                    await self.retention.sweep(now)
                     next_reconcile = self.clock.monotonic() + self.config.reconcile_every
                 await self._wait_placement_change(placer, now)
         finally:

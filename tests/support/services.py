@@ -36,14 +36,16 @@ class Services:
 
     def start_scheduler(self, name: str) -> SchedulerService:
         cfg = self.config.model_copy(update={"member_id": name})
-        service = SchedulerService(cfg, self.store, self.keys, SystemClock())
+        service = SchedulerService(cfg, self.store, self.keys, SystemClock(), self.logs)
         self.schedulers[name] = service
         self.tasks[name] = asyncio.create_task(service.run(), name=name)
         return service
 
     def start_worker(self, name: str, **overrides: object) -> WorkerService:
         cfg = self.config.model_copy(update={"member_id": name, **overrides})
-        service = WorkerService(cfg, self.store, self.keys, SystemClock(), ProcessExecutor(), self.logs)
+        service = WorkerService(
+            cfg, self.store, self.keys, SystemClock(), ProcessExecutor(), self.logs
+        )
         self.workers[name] = service
         self.tasks[name] = asyncio.create_task(service.run(), name=name)
         return service
