@@ -34,6 +34,7 @@ class Session:
         self.ttl = ttl
         self.margin = margin
         self._safe_until = 0.0
+        self.last_renewal_sent = 0.0
         self._lost = asyncio.Event()
         self._callbacks: list[Callable[[], None]] = []
         self._task: asyncio.Task[None] | None = None
@@ -50,6 +51,7 @@ class Session:
         lease_id, granted = await store.grant(ttl)
         session = cls(store, clock, lease_id, granted, margin or max(0.5, granted / 4))
         session._safe_until = sent + granted - session.margin
+        session.last_renewal_sent = sent
         session._task = asyncio.create_task(session._keepalive(), name=f"session-{lease_id:x}")
         return session
 
@@ -96,6 +98,7 @@ class Session:
                 self._declare_lost("lease expired on the server")
                 return
             self._safe_until = max(self._safe_until, sent + remaining - self.margin)
+            self.last_renewal_sent = sent
             next_renewal = sent + interval
 
     def _declare_lost(self, why: str) -> None:
