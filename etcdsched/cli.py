@@ -276,6 +276,20 @@ def run_logs(cli: Cli, run_id: str, attempt: int | None, follow: bool) -> None:
     cli.call(read_all)
 
 
+@run.command("wait")
+@click.argument("run_id")
+@click.option("--timeout", type=float, default=3600, show_default=True, help="Seconds.")
+@pass_cli
+def run_wait(cli: Cli, run_id: str, timeout: float) -> None:
+    """Wait until a run ends (progress on stderr); exit 0 only if it succeeded."""
+    from etcdsched.cli_wait import wait_for_run
+
+    view = cli.call(lambda c: wait_for_run(c, run_id, timeout))
+    out.emit(cli.output, view, out.run_fields(view, None))
+    if str(view.state) != "succeeded":
+        raise SystemExit(1)
+
+
 # -- cluster and admin -----------------------------------------------------------
 @main.command()
 @pass_cli

@@ -131,6 +131,10 @@ def test_readme_tour(tour: Tour) -> None:
     assert f"hello from {done['id']}" in tour.cli("run", "logs", done["id"])
     assert "succeeded" in tour.cli("run", "get", done["id"])
 
+    tour.cli("job", "create", "--id", "once", "--now", "--", "true")
+    wait_until(lambda: len(runs(tour, "once")) == 1, timeout=30)
+    assert "succeeded" in tour.cli("run", "wait", runs(tour, "once")[0]["id"], "--timeout", "60")
+
     tour.cli("job", "create", "--id", "sleepy", "--now", "--", "sleep", "300")
     wait_until(lambda: [r["state"] for r in runs(tour, "sleepy")] == ["running"], timeout=30)
     sleepy = runs(tour, "sleepy")[0]["id"]

@@ -156,3 +156,26 @@ async def test_sigstopped_worker_is_fenced_and_its_report_refused(
     assert run.attempts[1].worker != victim
     ends = [e for e in read_ledger(ledger) if e["event"] == "end"]
     assert [e["attempt"] for e in ends] == [2], "the fenced attempt must never finish"
+
+
+async def test_sigterm_drains_the_worker(
+    store: EtcdStore,
+    keys: Keys,
+    etcd_endpoints: list[str],
+    tmp_path: Path,
+    agents: dict[str, AgentProcess],
+) -> None:
+    jobs = await start_cluster(store, keys, etcd_endpoints, tmp_path, agents)
+    agents.pop("w2").terminate()
+    ledger = tmp_path / "ledger.jsonl"
+    await jobs.create(long_job(ledger, 2), "finishing")
+    first = await assert_eventually(lambda: started_on(ledger), timeout=15)
+    assert first["worker"] == "w1"
+    w1 = agents["w1"]
+    assert w1.proc is not None
+    w1.proc.terminate()  # SIGTERM: take nothing new, let the running attempt finish
+    assert w1.proc.wait(timeout=20) == 0
+    run = await run_of(store, keys, str(first["run"]))
+    assert run.state is RunState.SUCCEEDED and len(run.attempts) == 1
+    ends = [e for e in read_ledger(ledger) if e["event"] == "end"]
+    assert len(ends) == 1
