@@ -75,11 +75,25 @@ class PrefixCache:
     async def relist(self) -> None:
         """List again. ``list_end`` bounds the listing (the due index lists
         only up to its horizon, so memory and reads follow the horizon, not
-        the number of stored jobs); the watch still covers the whole prefix."""
+        the number of stored jobs); the watch still covers the whole prefix.
+
+        Changes absorbed by the listing (made while no watch was running)
+        are handed to ``on_event`` as synthetic events, so a consumer that
+        reacts to events (a worker's assignments) never misses one;
+        consumers must tolerate repeats."""
         end = self._list_end() if self._list_end is not None else prefix_end(self.prefix)
-        self.items, self.revision = await list_all(self._store, self.prefix, end, self.keep)
+        items, revision = await list_all(self._store, self.prefix, end, self.keep)
+        previous, self.items, self.revision = self.items, items, revision
         self.relists += 1
         self.ready.set()
+        if self._on_event is not None:
+            for key, kv in items.items():
+                old = previous.get(key)
+                if old is None or old.mod_revision != kv.mod_revision:
+                    self._on_event(Event("put", kv))
+            for key, kv in previous.items():
+                if key not in items:
+                    self._on_event(Event("delete", kv))
         self._notify()
 
     def apply(self, event: Event) -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from etcdsched.cache import PrefixCache
 from etcdsched.clock import Clock
-from etcdsched.errors import OutcomeUnknown, OwnershipLost
+from etcdsched.errors import OutcomeUnknown, OwnershipLost, StoreRejected
 from etcdsched.keys import Keys, run_seq
 from etcdsched.metrics import FIRES
 from etcdsched.models import ActivePointer, DueEntry, SkipRecord
@@ -114,13 +114,20 @@ class PartitionFirer:
         chunk: list[tuple[KV, EntryWrite]] = []
         size = 0
         active_by_job = self._active_by_job()
+        jobs_in_chunk: set[str] = set()
         for kv in ready:
             write = self._entry_write(kv, now_ms, active_by_job)
             weight = max(len(write.ops), len(write.compares))
-            if chunk and (size + weight > MAX_TXN_OPS or len(chunk) >= self.batch):
+            job_id = self.keys.parse_due(kv.key).job_id
+            full = size + weight > MAX_TXN_OPS or len(chunk) >= self.batch
+            if chunk and (full or job_id in jobs_in_chunk):
+                # a stale duplicate entry of one job must not share a txn
+                # with the current one: etcd refuses duplicate keys in a txn
                 await self._commit(chunk, now_ms)
                 chunk, size = [], 0
+                jobs_in_chunk.clear()
             chunk.append((kv, write))
+            jobs_in_chunk.add(job_id)
             size += weight
         if chunk:
             await self._commit(chunk, now_ms)
@@ -244,6 +251,11 @@ class PartitionFirer:
         except OutcomeUnknown:
             await self._one_by_one(chunk, now_ms)
             return
+        except StoreRejected:
+            if len(chunk) == 1:
+                raise
+            await self._one_by_one(chunk, now_ms)  # isolate the entry etcd refuses
+            return
         if result.succeeded:
             self._applied(chunk, result.revision)
             return
@@ -353,9 +365,17 @@ class PartitionFirer:
             await asyncio.gather(cache_task, return_exceptions=True)
 
     async def _wait_next(self, now_ms: int) -> None:
+        """Sleep until the earliest entry is ready or the due index changes.
+
+        Not ``asyncio.wait_for``: on Python 3.11 it swallows a cancellation
+        that arrives while the awaited change completes (CPython gh-86296),
+        and this task then fires on after its partition was handed over,
+        while the scheduler waits forever for it to stop.
+        ``asyncio.timeout`` lets the cancellation through."""
         earliest = self.earliest_ms()
         wait_ms = 1000 if earliest is None else earliest - self.lookahead_ms - now_ms
         if wait_ms <= 0:
             return
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.due.wait_changed(), timeout=min(wait_ms, 1000) / 1000)
+            async with asyncio.timeout(min(wait_ms, 1000) / 1000):
+                await self.due.wait_changed()

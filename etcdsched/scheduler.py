@@ -22,7 +22,7 @@ from typing import Any
 from etcdsched.cache import PrefixCache
 from etcdsched.clock import Clock
 from etcdsched.config import Config
-from etcdsched.errors import EtcdschedError, OwnershipLost
+from etcdsched.errors import EtcdschedError, OwnershipLost, StoreUnavailable
 from etcdsched.firing import PartitionFirer
 from etcdsched.keys import Keys
 from etcdsched.logstore import LogStore
@@ -40,10 +40,18 @@ log = logging.getLogger(__name__)
 
 async def ensure_cluster(store: Store, keys: Keys, partitions: int, now_ms: int) -> ClusterMeta:
     """Create the cluster settings once (compare: absent); afterwards the
-    stored partition count wins over any configured one."""
+    stored partition count wins over any configured one. Retried while etcd
+    is unavailable: a retry after an unknown outcome reads our own write."""
     meta = ClusterMeta(partitions=partitions, created_ms=now_ms)
     key = keys.cluster_meta()
-    result = await store.txn([Cmp.absent(key)], [Ops.put(key, meta)], [Ops.get(key)])
+    for attempt in range(30):
+        try:
+            result = await store.txn([Cmp.absent(key)], [Ops.put(key, meta)], [Ops.get(key)])
+            break
+        except StoreUnavailable:
+            if attempt == 29:
+                raise
+            await asyncio.sleep(min(2.0, 0.1 * 2**attempt))
     if result.succeeded:
         return meta
     return result.responses[0][0].decode(ClusterMeta).value

@@ -14,7 +14,6 @@ Transactions and their compares:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import TYPE_CHECKING
 
@@ -24,7 +23,7 @@ from etcdsched.executor import ExitStatus, Process
 from etcdsched.models import ActivePointer, Claim, RunRecord, finish_attempt, start_attempt
 from etcdsched.session import Session
 from etcdsched.statemachine import RunState, transition
-from etcdsched.store import Cmp, Ops, Versioned
+from etcdsched.store import Cmp, Compare, Op, Ops, Versioned
 
 if TYPE_CHECKING:
     from etcdsched.worker import Running, WorkerService
@@ -45,24 +44,36 @@ class AttemptRunner:
 
     async def execute(self) -> None:
         await self._until_not_before()
-        if self.item.revoked.is_set():
-            return
-        current = await self._assigned_run()
-        if current is None:
-            return
-        if self.item.shutdown.is_set():
-            await self._hand_back(current)
-            return
-        if self.item.cancel.is_set() or current.value.cancel_requested:
-            await self._report_unstarted(current)
-            return
-        claimed = await self._claim(current)
+        claimed = await self._settle_start()
         if claimed is None:
             return
         outcome, exit_code, reason = await self._supervise(claimed)
         if outcome is None or self.session.lost:
             return  # revoked or fenced: someone else decides this attempt
         await self._report(outcome, exit_code, reason)
+
+    async def _settle_start(self) -> RunRecord | None:
+        """Claim the attempt, or end it unstarted (cancel, shutdown). A failed
+        compare means the run changed under us (e.g. a cancel landed): re-read
+        and decide again rather than walk away from an assigned run."""
+        for _ in range(10):
+            if self.item.revoked.is_set():
+                return None
+            current = await self._assigned_run()
+            if current is None:
+                return None  # no longer assigned to us for this attempt
+            if self.item.shutdown.is_set():
+                if await self._hand_back(current):
+                    return None
+                continue
+            if self.item.cancel.is_set() or current.value.cancel_requested:
+                if await self._report_unstarted(current):
+                    return None
+                continue
+            claimed = await self._claim(current)
+            if claimed is not None:
+                return claimed
+        return None
 
     async def _until_not_before(self) -> None:
         waits = [
@@ -194,35 +205,33 @@ class AttemptRunner:
                 log.warning("run %s: report refused, the claim is gone", self.rid)
                 return
 
-    async def _report_unstarted(self, current: Versioned[RunRecord]) -> None:
-        """Cancelled before it started: assigned -> cancelled (compare: run unchanged)."""
-        run = transition(
-            current.value,
-            RunState.CANCELLED,
-            self.w.clock.now_ms(),
-            reason="cancelled before start",
-        )
+    async def _report_unstarted(self, current: Versioned[RunRecord]) -> bool:
+        """Cancelled before it started: the attempt and the run end
+        ``cancelled`` (compare: run unchanged)."""
+        now = self.w.clock.now_ms()
+        run = finish_attempt(current.value, "cancelled", now, reason="cancelled before start")
         ops = [Ops.delete(self.w.keys.assign(self.w.member_id, run.id)), *self.w.runs.settle(run)]
-        with contextlib.suppress(EtcdschedError):
-            await self.w.store.txn([Cmp.mod(current.key, current.mod_revision)], ops)
+        return await self._try([Cmp.mod(current.key, current.mod_revision)], ops)
 
-    async def _hand_back(self, current: Versioned[RunRecord]) -> None:
+    async def _hand_back(self, current: Versioned[RunRecord]) -> bool:
         """Shutting down before the start: assigned -> pending, back in the queue."""
         now = self.w.clock.now_ms()
-        run = transition(
-            current.value, RunState.PENDING, now, reason="handed back by a stopping worker"
-        )
-        run = run.model_copy(
-            update={"attempt": run.attempt - 1, "attempts": run.attempts[:-1], "worker": None}
-        )
+        run = transition(current.value, RunState.PENDING, now, reason="handed back at shutdown")
+        undo = {"attempt": run.attempt - 1, "attempts": run.attempts[:-1], "worker": None}
+        run = run.model_copy(update=undo)
         _, requeue = self.w.runs.requeue(run)
         ops = [Ops.delete(self.w.keys.assign(self.w.member_id, run.id)), *requeue]
-        with contextlib.suppress(EtcdschedError):
-            await self.w.store.txn([Cmp.mod(current.key, current.mod_revision)], ops)
+        return await self._try([Cmp.mod(current.key, current.mod_revision)], ops)
+
+    async def _try(self, compares: list[Compare], ops: list[Op]) -> bool:
+        try:
+            return (await self.w.store.txn(compares, ops)).succeeded
+        except EtcdschedError:
+            return False
 
 
 def _exit_outcome(status: ExitStatus) -> tuple[str, int | None, str]:
-    if status.succeeded:
+    if status.exit_code == 0:
         return "succeeded", 0, ""
     if status.exit_code is not None:
         return "failed", status.exit_code, f"exit code {status.exit_code}"

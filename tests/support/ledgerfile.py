@@ -29,6 +29,23 @@ def read_ledger(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def read_ledger_tolerant(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """Like :func:`read_ledger`, but a torn or garbled line (a writer killed
+    mid-write) is counted and skipped instead of failing the whole read."""
+    if not path.exists():
+        return [], 0
+    lines: list[dict[str, Any]] = []
+    bad = 0
+    for raw in path.read_text(errors="replace").splitlines():
+        if not raw.strip():
+            continue
+        try:
+            lines.append(json.loads(raw))
+        except ValueError:
+            bad += 1
+    return lines, bad
+
+
 def pid_alive(pid: int) -> bool:
     """True while the process exists and is not a zombie."""
     try:

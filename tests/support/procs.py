@@ -73,7 +73,7 @@ def agent_env(endpoints: list[str], prefix: str, log_dir: Path, **extra: object)
         "ETCDSCHED_LOOKAHEAD_MS": "300",
         "ETCDSCHED_RECONCILE_EVERY": "0.5",
         "ETCDSCHED_LOG_DIR": str(log_dir / "runlogs"),
-        "ETCDSCHED_SHUTDOWN_GRACE": "2",
+        "ETCDSCHED_SHUTDOWN_GRACE": "15",
     }
     env.update({f"ETCDSCHED_{k.upper()}": str(v) for k, v in extra.items()})
     return env
