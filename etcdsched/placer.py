@@ -274,7 +274,11 @@ class PartitionPlacer:
         if current is None or await self.store.get(self.keys.member("workers", worker)):
             return 0
         ended = finish_attempt(
-            current.value, "lost", now_ms, reason=f"worker {worker} vanished (lease expired)"
+            current.value,
+            "lost",
+            now_ms,
+            reason=f"worker {worker} vanished (lease expired)",
+            next_slot_ms=await self.runs.next_slot(self.store, current.value),
         )
         claim = self.keys.claim(self.partition, ended.id)
         result = await self.store.txn(
@@ -297,7 +301,11 @@ class PartitionPlacer:
         if current is None:
             return 0
         ended = finish_attempt(
-            current.value, "timed_out", now_ms, reason="hung: no report by timeout + grace"
+            current.value,
+            "timed_out",
+            now_ms,
+            reason="hung: no report by timeout + grace",
+            next_slot_ms=await self.runs.next_slot(self.store, current.value),
         )
         result = await self.store.txn(
             [self.ownership.guard(self.partition), Cmp.mod(current.key, current.mod_revision)],

@@ -13,7 +13,7 @@ from typing import Literal
 from etcdsched.errors import Conflict, NotFound
 from etcdsched.keys import Keys, partition_of, run_id, run_seq
 from etcdsched.metrics import RETRIES, RUNS_BY_STATE
-from etcdsched.models import ActivePointer, Assignment, RunRecord
+from etcdsched.models import ActivePointer, Assignment, DueEntry, RunRecord
 from etcdsched.spec import JobSpec
 from etcdsched.statemachine import RunState, transition
 from etcdsched.store import Cmp, Compare, Op, Ops, Store, Versioned
@@ -123,6 +123,14 @@ class RunOps:
         if kv is None:
             raise NotFound(f"run {rid} not found", field="run_id")
         return kv.decode(RunRecord)
+
+    async def next_slot(self, store: Store, run: RunRecord) -> int | None:
+        """The job's next pending slot, read only when the retry policy says
+        ``stop_at_next_slot`` (one extra read, on failures only)."""
+        if not run.spec.retry.stop_at_next_slot:
+            return None
+        kv = await store.get(self.keys.due_pointer(run.job_id))
+        return kv.decode(DueEntry).value.slot_ms if kv is not None else None
 
     def cancel_pending(self, run: RunRecord, now_ms: int, reason: str) -> RunRecord:
         return transition(run, RunState.CANCELLED, now_ms, reason=reason, retry_at_ms=None)

@@ -183,8 +183,10 @@ class AttemptRunner:
             run = current.value
             if run.state is not RunState.RUNNING or run.attempt != self.assignment.attempt:
                 return
+            next_slot = await self.w.runs.next_slot(self.w.store, run)
+            now = self.w.clock.now_ms()
             ended = finish_attempt(
-                run, outcome, self.w.clock.now_ms(), exit_code=exit_code, reason=reason
+                run, outcome, now, exit_code=exit_code, reason=reason, next_slot_ms=next_slot
             )
             ops = [
                 Ops.delete(self.claim_key),

@@ -12,7 +12,7 @@ import pytest_asyncio
 from etcdsched.clock import SystemClock
 from etcdsched.config import Config
 from etcdsched.etcd_store import EtcdStore
-from etcdsched.executor import ProcessExecutor
+from etcdsched.executor import Executor, ProcessExecutor
 from etcdsched.jobs import JobService
 from etcdsched.keys import Keys
 from etcdsched.logstore import DirLogStore
@@ -41,10 +41,12 @@ class Services:
         self.tasks[name] = asyncio.create_task(service.run(), name=name)
         return service
 
-    def start_worker(self, name: str, **overrides: object) -> WorkerService:
+    def start_worker(
+        self, name: str, executor: Executor | None = None, **overrides: object
+    ) -> WorkerService:
         cfg = self.config.model_copy(update={"member_id": name, **overrides})
         service = WorkerService(
-            cfg, self.store, self.keys, SystemClock(), ProcessExecutor(), self.logs
+            cfg, self.store, self.keys, SystemClock(), executor or ProcessExecutor(), self.logs
         )
         self.workers[name] = service
         self.tasks[name] = asyncio.create_task(service.run(), name=name)
