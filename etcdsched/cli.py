@@ -24,6 +24,7 @@ import click
 
 from etcdsched import cli_support as out
 from etcdsched.api.auth import Role
+from etcdsched.bench.command import bench
 from etcdsched.client import Client, SyncClient
 from etcdsched.errors import EtcdschedError
 
@@ -409,3 +410,4 @@ def agent(roles: tuple[str, ...], etcd: str | None, log_level: str) -> None:
     _setup_logging(log_level)
     config = Config() if etcd is None else Config(etcd=etcd)
     asyncio.run(run_agent(config, set(roles)))
+main.add_command(bench)  # etcdsched.bench.command imports only click; the rest is lazy

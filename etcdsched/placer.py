@@ -37,10 +37,11 @@ from etcdsched.ownership import Ownership
 from etcdsched.placement import WorkerView, choose_worker, never_fits
 from etcdsched.runs import RunOps
 from etcdsched.statemachine import EXECUTING, RunState, transition
-from etcdsched.store import Cmp, Ops, Store, Versioned
+from etcdsched.store import KV, Cmp, Ops, Store, Versioned
 
 log = logging.getLogger(__name__)
 WAITING = (RunState.PENDING, RunState.RETRY_WAIT)
+ASSIGN_TRIES = 5
 
 
 class PartitionPlacer:
@@ -134,13 +135,25 @@ class PartitionPlacer:
             return False
         if dependency == "waiting":
             return False
-        worker = choose_worker(
-            run.spec.resources, run.spec.selector, list(views.values()), self._last_worker(run)
-        )
-        if worker is None:
-            await self._note_waiting(current, views, now_ms)
-            return False
-        return await self._assign(current, worker, views, now_ms)
+        return await self._assign_fitting(current, views, now_ms)
+
+    async def _assign_fitting(
+        self, current: Versioned[RunRecord], views: dict[str, WorkerView], now_ms: int
+    ) -> bool:
+        """Assign to the best fitting worker; when only that worker's load
+        moved under us, retry with the fresh load instead of giving up."""
+        run = current.value
+        for _ in range(ASSIGN_TRIES):
+            worker = choose_worker(
+                run.spec.resources, run.spec.selector, list(views.values()), self._last_worker(run)
+            )
+            if worker is None:
+                await self._note_waiting(current, views, now_ms)
+                return False
+            outcome = await self._assign(current, worker, views, now_ms)
+            if outcome != "load_changed":
+                return outcome == "assigned"
+        return False
 
     @staticmethod
     def _past_deadline(run: RunRecord, now_ms: int) -> bool:
@@ -205,7 +218,8 @@ class PartitionPlacer:
         worker: WorkerView,
         views: dict[str, WorkerView],
         now_ms: int,
-    ) -> bool:
+    ) -> str:
+        """``assigned``, ``load_changed`` (``views`` refreshed) or ``conflict``."""
         run = current.value
         if run.state is RunState.RETRY_WAIT:
             run = transition(run, RunState.PENDING, now_ms)
@@ -236,12 +250,24 @@ class PartitionPlacer:
                 Ops.put(self.keys.load(wid), load),
                 Ops.put(self.keys.active(run.partition, run.id), pointer),
             ],
+            [Ops.get(self.keys.load(wid))],
         )
         if not result.succeeded:
-            return False
+            return self._refresh_load(views, worker, result.responses[0])
         self.queue.items.pop(current.value.queue_key or "", None)
         views[wid] = WorkerView(worker.member, load, result.revision)
-        return True
+        return "assigned"
+
+    @staticmethod
+    def _refresh_load(views: dict[str, WorkerView], worker: WorkerView, fresh: list[KV]) -> str:
+        """After a failed assignment: ``load_changed`` (view refreshed) when the
+        worker's capacity revision moved, else ``conflict``."""
+        revision = fresh[0].mod_revision if fresh else 0
+        if revision == worker.load_revision:
+            return "conflict"  # the run, the owner or the worker changed, not the load
+        load = fresh[0].decode(LoadRecord).value if fresh else LoadRecord()
+        views[worker.member.id] = WorkerView(worker.member, load, revision)
+        return "load_changed"
 
     # -- recovery -------------------------------------------------------------
     async def reconcile_once(self, now_ms: int) -> int:

@@ -250,11 +250,16 @@ class SchedulerService:
             await tasks.active.ready.wait()
             await self.workers.ready.wait()
             next_reconcile = 0.0
+            seen_workers: set[str] = set()
             while True:
                 now = self.clock.now_ms()
                 await placer.place_once(now)
                 await self._cancel_previous(tasks.firer, now)
-                if self.clock.monotonic() >= next_reconcile:
+                # a worker that left may have held runs: recover them now, not up
+                # to reconcile_every later (its claims went with its lease)
+                workers = set(self.workers.items)
+                left, seen_workers = bool(seen_workers - workers), workers
+                if left or self.clock.monotonic() >= next_reconcile:
                     await placer.reconcile_once(now)
                     await self.retention.sweep(now)
                     next_reconcile = self.clock.monotonic() + self.config.reconcile_every

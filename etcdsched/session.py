@@ -87,7 +87,8 @@ class Session:
             if self.lost:
                 return
             sent = self._clock.monotonic()
-            timeout = max(0.1, min(interval, self._safe_until - sent))
+            # a renewal that lands before safe_until is still useful: give it that long
+            timeout = max(0.1, self._safe_until - sent)
             try:
                 remaining = await self._store.keepalive_once(self.lease_id, timeout)
             except EtcdschedError as exc:

@@ -88,6 +88,8 @@ class WorkerService:
         self.runs = RunOps(keys)
         self.draining = False
         self.finished = 0
+        self._releases: set[str] = set()
+        self._release_lock = asyncio.Lock()
 
     # -- lifecycle -------------------------------------------------------------
     async def run(self) -> None:
@@ -211,17 +213,29 @@ class WorkerService:
                 await self.release_capacity(assignment.run_id)
 
     async def release_capacity(self, rid: str) -> None:
-        """Remove the run from this worker's load record (CAS loop on its
-        mod_revision, racing schedulers that add to it)."""
+        """Remove the run from this worker's load record. Releases that come
+        together are folded into one compare-and-swap: runs finishing at once
+        would otherwise race each other for the same key, exhaust their
+        retries and leak capacity for good."""
+        self._releases.add(rid)
+        async with self._release_lock:
+            if rid not in self._releases:
+                return  # released with an earlier batch
+            batch = set(self._releases)
+            await self._release(batch)
+            self._releases -= batch
+
+    async def _release(self, batch: set[str]) -> None:
+        """CAS loop on the load key's mod_revision, racing schedulers that add to it."""
         key = self.keys.load(self.member_id)
-        for _ in range(20):
+        for _ in range(50):
             kv = await self.store.get(key)
             if kv is None:
                 return
             load = kv.decode(LoadRecord).value
-            if rid not in load.runs:
+            if not batch & load.runs.keys():
                 return
-            remaining = LoadRecord(runs={k: v for k, v in load.runs.items() if k != rid})
+            remaining = LoadRecord(runs={k: v for k, v in load.runs.items() if k not in batch})
             put = [Ops.put(key, remaining)]
             if (await self.store.txn([Cmp.mod(key, kv.mod_revision)], put)).succeeded:
                 return

@@ -1,0 +1,15 @@
+"""``etcdsched bench``: the benchmark command (DESIGN §12: speed is measured
+by a command, never by a timed unit test).
+
+It starts its own single-member etcd and the agents as real processes, runs
+the selected scenarios, writes ``bench-results/<timestamp>.json`` and renders
+``docs/benchmarks.md`` with PNG figures. Importing this package is cheap: the
+scenario code (and matplotlib) is loaded only when the command runs.
+
+Scenarios (``--scenario``, repeatable, default all): ``raw``, ``throughput``,
+``idle-lag``, ``burst``, ``scan``, ``memory``, ``failover``.
+"""
+
+from __future__ import annotations
+
+SCENARIOS = ("raw", "throughput", "idle-lag", "burst", "scan", "memory", "failover")

@@ -1,0 +1,135 @@
+"""The ``bench`` click command. Cheap to import: everything heavy (the
+scenarios, the etcd client, matplotlib) is imported when it runs."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from etcdsched.bench import SCENARIOS
+
+
+class _Duration(click.ParamType):  # type: ignore[type-arg]
+    """``30s``, ``5m``, ``1h`` or seconds; the value is seconds as a float."""
+
+    name = "duration"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, float):
+            return value
+        from etcdsched.durations import parse_duration
+
+        try:
+            return parse_duration(value).total_seconds()
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class _IntList(click.ParamType):  # type: ignore[type-arg]
+    """``10000,100000`` (``k``/``M`` suffixes allowed: ``10k,100k``)."""
+
+    name = "n,n,..."
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, tuple):
+            return value
+        try:
+            return tuple(_count(part) for part in str(value).split(",") if part.strip())
+        except ValueError:
+            self.fail(f"not a comma-separated list of counts: {value!r}", param, ctx)
+
+
+def _count(text: str) -> int:
+    text = text.strip().lower()
+    scale = {"k": 1000, "m": 1_000_000}.get(text[-1:], 1)
+    return int(float(text[:-1] if scale > 1 else text) * scale)
+
+
+DURATION = _Duration()
+COUNTS = _IntList()
+_OPTIONS = [
+    click.option("--scenario", "scenarios", multiple=True, type=click.Choice(SCENARIOS),
+                 help="Run only these (repeatable). Default: all."),
+    click.option("--smoke", is_flag=True, help="Tiny sizes: checks the code paths in minutes."),
+    click.option("--fsync", is_flag=True,
+                 help="Keep etcd's fsync (default: --unsafe-no-fsync, said on the report)."),
+    click.option("--out-dir", type=click.Path(path_type=Path), help="JSON results directory."),
+    click.option("--docs", type=click.Path(path_type=Path), help="Report (Markdown) path."),
+    click.option("--data-dir", type=click.Path(path_type=Path),
+                 help="Where etcd and agent logs live (default: a temporary directory)."),
+    click.option("--report-from", type=click.Path(exists=True, path_type=Path),
+                 help="Only re-render the report from this results JSON."),
+    click.option("--partitions", type=click.IntRange(1, 1000)),
+    click.option("--lease-ttl", type=click.IntRange(2, 300), help="Seconds (all agents)."),
+    click.option("--lookahead-ms", type=click.IntRange(min=0)),
+    click.option("--worker-slots", type=click.IntRange(min=1), help="Capacity per worker."),
+    click.option("--drain-timeout", type=DURATION, help="Longest wait for runs to finish."),
+    click.option("--raw-seconds", type=DURATION, help="raw: length of each measurement."),
+    click.option("--raw-value-bytes", type=click.IntRange(1, 1_000_000)),
+    click.option("--duration", type=DURATION, help="throughput: sustained load (>= 60s)."),
+    click.option("--rate", type=click.IntRange(min=1), help="throughput: offered slots/s."),
+    click.option("--executors", type=click.Choice(["noop", "process", "noop,process"]),
+                 help="throughput: executors to measure."),
+    click.option("--schedulers", type=click.IntRange(min=1), help="throughput: processes."),
+    click.option("--workers", type=click.IntRange(min=1), help="throughput: processes."),
+    click.option("--idle-jobs", type=click.IntRange(min=1)),
+    click.option("--idle-every", type=DURATION),
+    click.option("--idle-duration", type=DURATION),
+    click.option("--idle-executor", type=click.Choice(["noop", "process"])),
+    click.option("--burst-sizes", type=COUNTS, help="burst: e.g. 10k,100k."),
+    click.option("--burst-lead", type=DURATION, help="burst: submitted this long ahead."),
+    click.option("--burst-workers", type=click.IntRange(min=1)),
+    click.option("--scan-sizes", type=COUNTS, help="scan: stored jobs, e.g. 10k,1M."),
+    click.option("--scan-due", type=click.IntRange(min=1), help="scan: due slots per pass."),
+    click.option("--scan-passes", type=click.IntRange(min=1)),
+    click.option("--memory-jobs", type=COUNTS, help="memory: stored jobs, e.g. 1M."),
+    click.option("--memory-settle", type=DURATION, help="memory: sampling time per phase."),
+    click.option("--memory-due-jobs", type=click.IntRange(min=0)),
+    click.option("--failover-rounds", type=click.IntRange(min=1)),
+]  # fmt: skip
+
+
+def _with_options(fn: Any) -> Any:
+    for option in reversed(_OPTIONS):
+        fn = option(fn)
+    return fn
+
+
+@click.command("bench")
+@_with_options
+def bench(smoke: bool, report_from: Path | None, **flags: Any) -> None:
+    """Benchmark etcdsched against its own embedded etcd and write the report.
+
+    Results go to bench-results/<timestamp>.json and docs/benchmarks.md
+    (figures beside it). Use --smoke first: a full run takes about an hour.
+    """
+    from etcdsched.bench.options import build_options
+
+    if flags.get("executors"):
+        flags["executors"] = tuple(flags["executors"].split(","))
+    if flags.get("memory_jobs"):
+        flags["memory_jobs"] = max(flags["memory_jobs"])
+    flags["command_line"] = _command_line()
+    options = build_options(smoke, flags)
+    if report_from is not None:
+        from etcdsched.bench.report import render_file
+
+        click.echo(render_file(report_from, options.docs))
+        return
+    from etcdsched.bench.runner import main
+
+    sys.exit(main(options))
+
+
+def _command_line() -> str:
+    argv = sys.argv[1:]
+    program = (
+        "etcdsched" if not sys.argv[0].endswith("__main__.py") else "python -m etcdsched.bench"
+    )
+    if program == "etcdsched" and argv[:1] != ["bench"]:
+        argv = ["bench", *argv]
+    return " ".join([program, shlex.join(argv)]).strip()

@@ -1,0 +1,122 @@
+"""What every scenario gets: the options, the etcd it runs against, an admin
+connection, a fresh key prefix per scenario, agent fleets, and waits."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from etcdsched.bench.env import Fleet
+from etcdsched.bench.measure import count_keys
+from etcdsched.bench.options import BenchOptions
+from etcdsched.bench.progress import Progress
+from etcdsched.bench.results import ScenarioResult
+from etcdsched.etcd_store import EtcdOptions, EtcdStore
+from etcdsched.keys import Keys
+from etcdsched.scheduler import ensure_cluster
+from etcdsched.store import Ops
+
+SHUTDOWN_GRACE = 2
+
+
+class BenchError(RuntimeError):
+    """A scenario could not be carried out (agents did not come up, ...)."""
+
+
+@dataclass
+class StoredJobs:
+    """The far-future jobs shared by ``scan`` and ``memory`` (loaded once)."""
+
+    keys: Keys
+    count: int = 0
+
+
+@dataclass
+class BenchContext:
+    options: BenchOptions
+    endpoints: list[str]
+    store: EtcdStore
+    work_dir: Path
+    etcd_pid: int
+    results: dict[str, ScenarioResult] = field(default_factory=dict)
+    stored: StoredJobs | None = None
+    _prefixes: int = 0
+
+    def new_keys(self, name: str) -> Keys:
+        """A prefix no earlier scenario used."""
+        self._prefixes += 1
+        return Keys(f"/bench/{self._prefixes:02d}-{name}/")
+
+    async def connect(self) -> EtcdStore:
+        """A separate connection (its own stats counters)."""
+        return await EtcdStore.connect(EtcdOptions(endpoints=tuple(self.endpoints)))
+
+    async def init_cluster(self, keys: Keys) -> int:
+        meta = await ensure_cluster(
+            self.store, keys, self.options.partitions, int(time.time() * 1000)
+        )
+        return meta.partitions
+
+    def fleet(self, keys: Keys, name: str, lease_ttl: int | None = None) -> Fleet:
+        opts = self.options
+        log_dir = self.work_dir / "agents" / name
+        env = {
+            "ETCDSCHED_ETCD": ",".join(self.endpoints),
+            "ETCDSCHED_PREFIX": keys.prefix,
+            "ETCDSCHED_PARTITIONS": str(opts.partitions),
+            "ETCDSCHED_LEASE_TTL": str(lease_ttl or opts.lease_ttl),
+            "ETCDSCHED_LOOKAHEAD_MS": str(opts.lookahead_ms),
+            "ETCDSCHED_WORKER_SLOTS": str(opts.worker_slots),
+            "ETCDSCHED_SHUTDOWN_GRACE": str(SHUTDOWN_GRACE),
+            "ETCDSCHED_LOG_DIR": str(log_dir / "runlogs"),
+        }
+        return Fleet(env, log_dir)
+
+    async def wait_ready(
+        self, keys: Keys, fleet: Fleet, partitions: int, workers: int, timeout: float = 60
+    ) -> None:
+        """Until every partition has an owner and ``workers`` workers are registered."""
+        deadline = time.monotonic() + timeout
+        while True:
+            owned = await count_keys(self.store, keys.owners_prefix())
+            registered = await count_keys(self.store, keys.members_prefix("workers"))
+            if owned >= partitions and registered >= workers:
+                return
+            if fleet.crashed() or time.monotonic() > deadline:
+                tails = "\n".join(f"--- {a.name}\n{a.log_tail()}" for a in fleet.agents.values())
+                raise BenchError(
+                    f"agents not ready: {owned}/{partitions} partitions owned, "
+                    f"{registered}/{workers} workers; crashed: {fleet.crashed()}\n{tails}"
+                )
+            await asyncio.sleep(0.2)
+
+    async def wait_drained(self, keys: Keys, expected: int, label: str) -> bool:
+        """Until ``expected`` runs exist and none is active (or the drain
+        timeout passes: returns False)."""
+        progress = Progress(label, expected, " runs")
+        deadline = time.monotonic() + self.options.drain_timeout
+        while time.monotonic() < deadline:
+            created = await count_keys(self.store, keys.runs_prefix())
+            active = await count_keys(self.store, f"{keys.prefix}active/")
+            progress.update(created, f"active {active:,}")
+            if created >= expected and active == 0:
+                progress.done(f"({created:,} runs)")
+                return True
+            await asyncio.sleep(0.5)
+        progress.done("(drain timeout)")
+        return False
+
+    async def cleanup(self, keys: Keys) -> None:
+        """Delete a finished scenario's keys, so later ones run on a small database."""
+        await self.store.txn([], [Ops.delete_prefix(keys.prefix)])
+
+    async def sleep_with_progress(self, seconds: float, label: str, keys: Keys) -> None:
+        progress = Progress(label, seconds, "s")
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            created = await count_keys(self.store, keys.runs_prefix())
+            progress.update(seconds - left, f"runs {created:,}")
+            await asyncio.sleep(min(1.0, left))
+        progress.done()

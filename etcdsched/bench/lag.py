@@ -1,0 +1,169 @@
+"""Scenarios ``idle-lag`` and ``burst``: start lag (actual start - not-before).
+
+``idle-lag``: ``idle_jobs`` recurring jobs (every ``idle_every``, first slots
+spread over one period), a lightly loaded cluster: what a single slot waits.
+
+``burst``: N one-off ``at`` jobs all due at the same instant T, submitted at
+least ``burst_lead`` ahead, noop executor: how long the herd takes to drain
+and how late its runs start. Runs are fired and placed up to the lookahead
+before T, so a worker can start them from its own timer.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+from etcdsched.bench.context import BenchContext
+from etcdsched.bench.load import make_spec, templated_rows, write_jobs
+from etcdsched.bench.measure import (
+    RunTimes,
+    lags,
+    per_second,
+    percentile,
+    quantile_curve,
+    read_runs,
+    summary,
+)
+from etcdsched.bench.progress import note
+from etcdsched.bench.results import ScenarioResult, Table, Target
+from etcdsched.bench.throughput import START_DELAY_MS, expected_slots, interval_rows
+from etcdsched.cronwall import ms_to_utc
+
+LAG_COLUMNS = ["started/expected", "lag p50 ms", "lag p90 ms", "lag p99 ms", "lag max ms"]
+BURST_TARGET_MS = {10_000: 1000.0, 100_000: 5000.0}
+SUBMIT_RATE_GUESS = 2000  # jobs/s the loader manages, to place T far enough ahead
+
+
+def _lag_cells(times: list[RunTimes], expected: int) -> list[Any]:
+    """Percentiles are over the runs that started; the first cell says how
+    many did (a run not started when the drain timed out has no lag yet)."""
+    lag = summary(lags(times))
+    return [
+        f"{int(lag.get('count', 0)):,}/{expected:,}",
+        lag.get("p50"),
+        lag.get("p90"),
+        lag.get("p99"),
+        lag.get("max"),
+    ]
+
+
+def _p99(times: list[RunTimes], expected: int) -> float:
+    """p99 of the start lag, counting runs that never started as infinitely late."""
+    values = lags(times)
+    values += [math.inf] * max(0, expected - len(values))
+    return percentile(sorted(values), 99)
+
+
+async def run_idle(ctx: BenchContext) -> ScenarioResult:
+    opts = ctx.options
+    keys = ctx.new_keys("idle-lag")
+    partitions = await ctx.init_cluster(keys)
+    fleet = ctx.fleet(keys, "idle-lag")
+    every_ms = int(opts.idle_every * 1000)
+    note(f"idle-lag: {opts.idle_jobs} jobs every {opts.idle_every:g}s, {opts.idle_executor}")
+    try:
+        fleet.spawn("sched-0", ("scheduler",))
+        fleet.spawn("worker-0", ("worker",), executor=opts.idle_executor)
+        await ctx.wait_ready(keys, fleet, partitions, 1)
+        t0 = int(time.time() * 1000) + START_DELAY_MS
+        end = t0 + int(opts.idle_duration * 1000) - 1
+        expected = expected_slots(opts.idle_jobs, every_ms, t0, end)
+        rows = interval_rows(keys, partitions, opts.idle_jobs, every_ms, t0, end, "idle")
+        await write_jobs(ctx.store, keys, rows, len(rows), "idle-lag: jobs")
+        await ctx.sleep_with_progress((end - time.time() * 1000) / 1000, "idle-lag: load", keys)
+        await ctx.wait_drained(keys, expected, "idle-lag: drain")
+    finally:
+        fleet.stop_all()
+    times = await read_runs(ctx.store, keys)
+    await ctx.cleanup(keys)
+    return ScenarioResult(
+        name="idle-lag",
+        title="Start lag, idle cluster",
+        params={
+            "jobs": opts.idle_jobs,
+            "every_s": opts.idle_every,
+            "duration_s": opts.idle_duration,
+            "executor": opts.idle_executor,
+            "lookahead_ms": opts.lookahead_ms,
+        },
+        tables=[Table("start lag", LAG_COLUMNS, [_lag_cells(times, expected)])],
+        targets=[
+            Target("idle start lag p99 <= 50 ms", _p99(times, expected), 50.0, "lower", " ms")
+        ],
+        series={"lag_curve": quantile_curve(lags(times))},
+    )
+
+
+async def _burst(ctx: BenchContext, size: int) -> tuple[list[RunTimes], int, dict[str, Any]]:
+    opts = ctx.options
+    keys = ctx.new_keys(f"burst-{size}")
+    partitions = await ctx.init_cluster(keys)
+    fleet = ctx.fleet(keys, f"burst-{size}")
+    try:
+        fleet.spawn("sched-0", ("scheduler",))
+        for i in range(opts.burst_workers):
+            fleet.spawn(f"worker-{i}", ("worker",), executor="noop")
+        await ctx.wait_ready(keys, fleet, partitions, opts.burst_workers)
+        lead_ms = int((opts.burst_lead + size / SUBMIT_RATE_GUESS + 2) * 1000)
+        at_ms = int(time.time() * 1000) + lead_ms
+        spec = make_spec({"kind": "at", "at": ms_to_utc(at_ms)})
+        ids = (f"burst-{i:07d}" for i in range(size))
+        rows = templated_rows(keys, partitions, ids, spec, int(time.time() * 1000))
+        submit_s = await write_jobs(ctx.store, keys, rows, size, f"burst[{size}]: submit")
+        ahead_s = at_ms / 1000 - time.time()
+        await ctx.sleep_with_progress(max(0.0, ahead_s), f"burst[{size}]: until T", keys)
+        drained = await ctx.wait_drained(keys, size, f"burst[{size}]: drain")
+    finally:
+        fleet.stop_all()
+    times = await read_runs(ctx.store, keys)
+    await ctx.cleanup(keys)
+    return times, at_ms, {"submit_s": submit_s, "ahead_s": ahead_s, "drained": drained}
+
+
+def _burst_row(size: int, times: list[RunTimes], at_ms: int, info: dict[str, Any]) -> list[Any]:
+    ends = [t.ended_ms for t in times if t.ended_ms is not None]
+    starts = [t.started_ms for t in times if t.started_ms is not None]
+    drain = (max(ends) - at_ms) / 1000 if ends and info["drained"] else None
+    last_start = (max(starts) - at_ms) / 1000 if starts else None
+    return [size, info["ahead_s"], info["submit_s"], last_start, drain, *_lag_cells(times, size)]
+
+
+def _burst_target(size: int, p99: float | None) -> Target:
+    limit = BURST_TARGET_MS.get(size, 1000.0 if size <= 10_000 else 5000.0)
+    scaled = "" if size in BURST_TARGET_MS else " (size has no target; the nearer one is used)"
+    return Target(f"burst of {size:,}: lag p99 <= {limit / 1000:g} s{scaled}", p99, limit, "lower",
+                  " ms")  # fmt: skip
+
+
+async def run_burst(ctx: BenchContext) -> ScenarioResult:
+    opts = ctx.options
+    result = ScenarioResult(
+        name="burst",
+        title="Burst: N one-off slots due at the same instant (noop executor)",
+        params={
+            "sizes": list(opts.burst_sizes),
+            "lead_s": opts.burst_lead,
+            "workers": opts.burst_workers,
+            "worker_slots": opts.worker_slots,
+            "lookahead_ms": opts.lookahead_ms,
+        },
+    )
+    rows = []
+    for size in opts.burst_sizes:
+        note(f"burst: {size:,} slots, submitted >= {opts.burst_lead:g}s ahead")
+        times, at_ms, info = await _burst(ctx, size)
+        rows.append(_burst_row(size, times, at_ms, info))
+        lag_values = lags(times)
+        result.targets.append(_burst_target(size, _p99(times, size)))
+        result.series[str(size)] = {
+            "lag_curve": quantile_curve(lag_values),
+            "per_second": per_second(times, at_ms - 10_000, 10 + int(opts.drain_timeout)),
+            "t0_offset_s": -10,
+        }
+    columns = ["slots", "submitted ahead s", "submit took s", "last start after T s",
+               "drained after T s", *LAG_COLUMNS]  # fmt: skip
+    result.tables.append(Table("drain and start lag", columns, rows))
+    result.notes.append("'drained' = the last run finished; empty when the drain timed out.")
+    return result

@@ -1,0 +1,131 @@
+"""Benchmark settings: the full sizes the targets are defined for, a tiny
+``--smoke`` preset, and the list of ways a run deviates from the full sizes
+(printed on the report, so smoke numbers are never mistaken for results)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from etcdsched.bench import SCENARIOS
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    scenarios: tuple[str, ...] = SCENARIOS
+    fsync: bool = False
+    out_dir: Path = Path("bench-results")
+    docs: Path = Path("docs/benchmarks.md")
+    data_dir: Path | None = None
+    command_line: str = "etcdsched bench"
+    smoke: bool = False
+    # cluster-wide
+    partitions: int = 64
+    lease_ttl: int = 5
+    lookahead_ms: int = 2000
+    worker_slots: int = 256
+    drain_timeout: float = 300.0
+    # raw
+    raw_seconds: float = 10.0
+    raw_value_bytes: int = 1024
+    # throughput
+    duration: float = 60.0
+    rate: int = 1000
+    executors: tuple[str, ...] = ("noop", "process")
+    schedulers: int = 1
+    workers: int = 1
+    # idle-lag
+    idle_jobs: int = 1000
+    idle_every: float = 10.0
+    idle_duration: float = 60.0
+    idle_executor: str = "process"
+    # burst
+    burst_sizes: tuple[int, ...] = (10_000, 100_000)
+    burst_lead: float = 60.0
+    burst_workers: int = 2
+    # scan
+    scan_sizes: tuple[int, ...] = (10_000, 1_000_000)
+    scan_due: int = 100
+    scan_passes: int = 5
+    # memory
+    memory_jobs: int = 1_000_000
+    memory_settle: float = 30.0
+    memory_due_jobs: int = 100
+    # failover
+    failover_rounds: int = 3
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def deviations(self) -> list[str]:
+        """How this run is smaller than the sizes the targets are defined for."""
+        full = BenchOptions()
+        out = []
+        for name in _SIZE_FIELDS:
+            mine, ref = getattr(self, name), getattr(full, name)
+            if _smaller(mine, ref):
+                out.append(f"{name}={_show(mine)} (full: {_show(ref)})")
+        return out
+
+    @property
+    def reduced(self) -> bool:
+        return self.smoke or bool(self.deviations())
+
+
+_SIZE_FIELDS = (
+    "raw_seconds",
+    "duration",
+    "rate",
+    "idle_jobs",
+    "idle_duration",
+    "burst_sizes",
+    "burst_lead",
+    "scan_sizes",
+    "scan_passes",
+    "memory_jobs",
+    "memory_settle",
+    "failover_rounds",
+)
+
+SMOKE: dict[str, Any] = {
+    "partitions": 8,
+    "drain_timeout": 60.0,
+    "raw_seconds": 2.0,
+    "duration": 10.0,
+    "rate": 50,
+    "idle_jobs": 100,
+    "idle_every": 2.0,
+    "idle_duration": 10.0,
+    "burst_sizes": (200, 1000),
+    "burst_lead": 5.0,
+    "scan_sizes": (1000, 10_000),
+    "scan_due": 20,
+    "scan_passes": 2,
+    "memory_jobs": 10_000,
+    "memory_settle": 5.0,
+    "memory_due_jobs": 20,
+    "failover_rounds": 1,
+}
+
+
+def _smaller(mine: Any, ref: Any) -> bool:
+    if isinstance(ref, tuple):
+        mine, ref = max(mine, default=0), max(ref)
+    return float(mine) < float(ref)
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, tuple):
+        return ",".join(str(v) for v in value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def build_options(smoke: bool, overrides: dict[str, Any]) -> BenchOptions:
+    """Full defaults (or the smoke preset), then every flag the user gave."""
+    values: dict[str, Any] = dict(SMOKE) if smoke else {}
+    values.update({k: v for k, v in overrides.items() if v is not None and v != ()})
+    known = {f.name for f in dataclasses.fields(BenchOptions)}
+    unknown = set(values) - known
+    if unknown:
+        raise ValueError(f"unknown bench options: {sorted(unknown)}")
+    return BenchOptions(smoke=smoke, **values)

@@ -1,0 +1,130 @@
+"""Runs the selected scenarios against a private etcd and writes the results.
+
+One single-member etcd for the whole run (``--unsafe-no-fsync`` unless
+``--fsync``; said on the report), a fresh key prefix per scenario. A
+scenario that fails is recorded with its error and the others still run;
+the results file is rewritten after every scenario, so an interrupted run
+keeps what it measured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import shutil
+import tempfile
+import time
+import traceback
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from etcdsched.bench import SCENARIOS, failover, lag, memory, raw, scan, throughput
+from etcdsched.bench.context import BenchContext
+from etcdsched.bench.env import machine_info, versions
+from etcdsched.bench.options import BenchOptions
+from etcdsched.bench.progress import note
+from etcdsched.bench.report import render
+from etcdsched.bench.results import ScenarioResult, write_results
+from etcdsched.embedded import EtcdCluster, EtcdTuning
+from etcdsched.etcd_store import EtcdOptions, EtcdStore
+
+Scenario = Callable[[BenchContext], Awaitable[ScenarioResult]]
+RUNNERS: dict[str, Scenario] = {
+    "raw": raw.run,
+    "throughput": throughput.run,
+    "idle-lag": lag.run_idle,
+    "burst": lag.run_burst,
+    "scan": scan.run,
+    "memory": memory.run,
+    "failover": failover.run,
+}
+QUOTA_BYTES = 8 * 1024**3  # a million stored jobs take ~3 GB before compaction
+COMPACTION_RETENTION = 100_000  # revisions
+
+
+def main(options: BenchOptions) -> int:
+    """Run the benchmark; 0 if every scenario completed."""
+    return asyncio.run(run_all(options))
+
+
+def _meta(options: BenchOptions) -> dict[str, Any]:
+    return {
+        "command": options.command_line,
+        "started": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": machine_info(),
+        "fsync": options.fsync,
+        "reduced": options.reduced,
+        "smoke": options.smoke,
+        "deviations": options.deviations(),
+        "options": {k: v for k, v in dataclasses.asdict(options).items() if k != "extra"},
+    }
+
+
+def _work_dir(options: BenchOptions) -> Path:
+    """Where etcd's data and the agents' logs go. The etcd is private to this
+    run: a data dir left by an earlier run with the same ``--data-dir`` would
+    hand its keys to this run's prefixes, so it is wiped."""
+    if options.data_dir is None:
+        return Path(tempfile.mkdtemp(prefix="etcdsched-bench-"))
+    for stale in ("etcd", "agents"):
+        shutil.rmtree(options.data_dir / stale, ignore_errors=True)
+    return options.data_dir
+
+
+def _tuning(options: BenchOptions) -> EtcdTuning:
+    return EtcdTuning(
+        unsafe_no_fsync=not options.fsync,
+        quota_backend_bytes=QUOTA_BYTES,
+        auto_compaction_retention=COMPACTION_RETENTION,
+    )
+
+
+async def run_all(options: BenchOptions) -> int:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    results_path = options.out_dir / f"{stamp}.json"
+    work_dir = _work_dir(options)
+    meta = _meta(options)
+    if options.reduced:
+        note("reduced sizes (smoke): " + ("; ".join(options.deviations()) or "--smoke"))
+    note(f"etcd {'with' if options.fsync else 'WITHOUT'} fsync; work dir {work_dir}")
+    results: list[ScenarioResult] = []
+    try:
+        with EtcdCluster(
+            work_dir / "etcd", 1, tuning=_tuning(options), name_prefix="bench"
+        ) as etcd:
+            store = await EtcdStore.connect(EtcdOptions(endpoints=tuple(etcd.endpoints)))
+            try:
+                meta["versions"] = versions(await store.server_version())
+                pid = etcd.member(0).pid or 0
+                ctx = BenchContext(options, etcd.endpoints, store, work_dir, pid)
+                await _run_selected(ctx, meta, results, results_path)
+            finally:
+                await store.close()
+    finally:
+        if options.data_dir is None:
+            shutil.rmtree(work_dir, ignore_errors=True)
+    note(f"results: {results_path}")
+    note(f"report: {render(meta, results, options.docs)}")
+    return 1 if any(r.error for r in results) else 0
+
+
+async def _run_selected(
+    ctx: BenchContext, meta: dict[str, Any], results: list[ScenarioResult], path: Path
+) -> None:
+    selected = [s for s in SCENARIOS if s in ctx.options.scenarios]
+    for name in selected:
+        note(f"=== scenario {name}")
+        started = time.monotonic()
+        try:
+            result = await RUNNERS[name](ctx)
+        except Exception as exc:  # one broken scenario must not lose the others
+            note(f"scenario {name} failed: {exc!r}")
+            detail = "".join(traceback.format_exception(exc)[-6:])
+            result = ScenarioResult(name=name, title=name, error=f"{exc!r}\n{detail}")
+        result.seconds = time.monotonic() - started
+        ctx.results[name] = result
+        results.append(result)
+        meta["finished"] = datetime.now(UTC).isoformat(timespec="seconds")
+        write_results(path, meta, results)
