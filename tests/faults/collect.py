@@ -87,17 +87,32 @@ async def pause_all(store: Store, keys: Keys, jobs: JobService) -> int:
     return jobs.clock.now_ms()
 
 
+def archived_runs(log_dir: Path | None) -> list[RunRecord]:
+    """Runs that history retention moved out of etcd (``<log dir>/<job>/archive.jsonl``)."""
+    if log_dir is None:
+        return []
+    return [
+        RunRecord.model_validate_json(line)
+        for archive in sorted(log_dir.glob("*/archive.jsonl"))
+        for line in archive.read_text().splitlines()
+        if line.strip()
+    ]
+
+
 async def collect_history(
-    store: Store, keys: Keys, ledger: Path, quiesce_ms: int
+    store: Store, keys: Keys, ledger: Path, quiesce_ms: int, log_dir: Path | None = None
 ) -> tuple[History, int]:
-    """Everything the checker needs, and how many ledger lines were torn."""
+    """Everything the checker needs (archived runs included), and how many
+    ledger lines were torn."""
     p = keys.prefix
     jobs = [
         kv.decode(JobRecord).value for kv in await retrying(lambda: read_all(store, f"{p}jobs/"))
     ]
-    runs = [
+    stored = [
         kv.decode(RunRecord).value for kv in await retrying(lambda: read_all(store, f"{p}runs/"))
     ]
+    in_etcd = {run.id for run in stored}
+    runs = stored + [run for run in archived_runs(log_dir) if run.id not in in_etcd]
     skips = [
         kv.decode(SkipRecord).value for kv in await retrying(lambda: read_all(store, f"{p}skips/"))
     ]

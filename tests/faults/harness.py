@@ -191,7 +191,7 @@ async def _quiesce_and_check(
     info.quiesce_s = time.monotonic() - started
     await asyncio.sleep(1.0)  # a zombie would write one more beat by now
     history, info.ledger_bad_lines = await collect_history(
-        store, keys, fleet.work_dir / "ledger.jsonl", quiesce_ms
+        store, keys, fleet.work_dir / "ledger.jsonl", quiesce_ms, fleet.log_dir / "runlogs"
     )
     dump_history(history, fleet.work_dir / "history.jsonl")
     with (fleet.work_dir / "faults.jsonl").open("w") as out:
