@@ -410,4 +410,6 @@ def agent(roles: tuple[str, ...], etcd: str | None, log_level: str) -> None:
     _setup_logging(log_level)
     config = Config() if etcd is None else Config(etcd=etcd)
     asyncio.run(run_agent(config, set(roles)))
+
+
 main.add_command(bench)  # etcdsched.bench.command imports only click; the rest is lazy

@@ -306,12 +306,7 @@ class PartitionFirer:
         entry = kv.decode(DueEntry).value
         job = await self.store.get(self.keys.job(entry.job_id))
         if job is None or job.version != entry.job_key_version:
-            guard = self.ownership.guard(self.partition)
-            await self.store.txn(
-                [guard, Compare(kv.key, "mod", "==", kv.mod_revision)], [Ops.delete(kv.key)]
-            )
-            self.due.items.pop(kv.key, None)
-            log.info("dropped stale due entry %s", kv.key)
+            await self._drop_stale(kv)
             return
         existing = await self._existing_runs(entry, plan_fire(entry, now_ms))
         log.warning("due entry %s conflicts; runs exist for slots %s", kv.key, sorted(existing))
@@ -321,6 +316,23 @@ class PartitionFirer:
         if result.succeeded:
             self._applied([(kv, write)], result.revision)
         # else: left in the cache; the next pass re-reads and decides again
+
+    async def _drop_stale(self, kv: KV) -> None:
+        """Delete a due entry computed from an older job. Compares: owner
+        token, the entry unchanged. When it did change, a replace rewrote it
+        in place (same slot, same key): keep the fresh entry in the cache."""
+        guard = self.ownership.guard(self.partition)
+        result = await self.store.txn(
+            [guard, Compare(kv.key, "mod", "==", kv.mod_revision)],
+            [Ops.delete(kv.key)],
+            [Ops.get(kv.key)],
+        )
+        self.due.items.pop(kv.key, None)
+        fresh = result.responses[0] if not result.succeeded and result.responses else []
+        if fresh:
+            self.due.items[kv.key] = fresh[0]
+        else:
+            log.info("dropped stale due entry %s", kv.key)
 
     async def _existing_runs(self, entry: DueEntry, plan: FirePlan) -> frozenset[int]:
         """Slots of ``plan`` that already have a (non-manual) run."""

@@ -7,15 +7,19 @@ Each operation is one transaction. The compares that recur:
   due entry we replace is the current one;
 * ``absent(...)``: we create, never overwrite.
 
-A write whose outcome is unknown is resolved by re-reading the job.
+A write whose outcome is unknown is resolved by re-reading the job. A write
+that failed only because a scheduler fired the job meanwhile (its due entry
+moved, the job itself is unchanged) is recomputed and tried again: the client
+raced no one, so that is no conflict for it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeVar
 
 from etcdsched.clock import Clock
 from etcdsched.errors import Conflict, InvalidInput, NotFound, OutcomeUnknown
@@ -27,6 +31,13 @@ from etcdsched.store import KV, Cmp, Compare, Op, Ops, Store, Versioned
 from etcdsched.triggers import count_slots_between, next_slot, slots_between
 
 CatchUp = Literal["skip", "run_once"]
+T = TypeVar("T")
+DUE_RACE_ATTEMPTS = 5
+
+
+class _DueMoved(Exception):
+    """A lifecycle txn failed only because a scheduler fired the job (its due
+    entry moved) between our read and our write; the job is unchanged."""
 
 
 @dataclass(frozen=True)
@@ -182,20 +193,45 @@ class JobService:
     ) -> JobRecord:
         """Write ``job`` if nobody changed it or its due entry since ``state``."""
         compares = [Cmp.mod(state.job.key, state.job.mod_revision), *extra]
+        ops = [Ops.put(state.job.key, job), *ops]
         try:
-            result = await self.store.txn(compares, [Ops.put(state.job.key, job), *ops])
+            result = await self.store.txn(compares, ops, [Ops.get(state.job.key)])
         except OutcomeUnknown:
             current = await self.get(job.id)
             if current.updated_ms == job.updated_ms and current.version == job.version:
                 return current
             raise
         if not result.succeeded:
-            raise Conflict(f"job {job.id} changed concurrently; retry", field="job_id")
+            raise self._failure(state, result.responses)
         return job
+
+    @staticmethod
+    def _failure(state: JobState, responses: list[list[KV]]) -> Exception:
+        """Why a txn guarded by ``state`` failed, from the job key read in its
+        failure branch: the job is unchanged, so the due entry moved."""
+        job_now = responses[0] if responses else []
+        if job_now and job_now[0].mod_revision == state.job.mod_revision:
+            return _DueMoved()
+        return Conflict(f"job {state.job.value.id} changed concurrently; retry", field="job_id")
+
+    async def _retry_due_moved(self, job_id: str, attempt: Callable[[], Awaitable[T]]) -> T:
+        """Run ``attempt`` (read, decide, write) again while it fails only
+        because a scheduler fired the job between its read and its write."""
+        for _ in range(DUE_RACE_ATTEMPTS):
+            try:
+                return await attempt()
+            except _DueMoved:
+                continue
+        raise Conflict(f"job {job_id} keeps being fired under us; retry", field="job_id")
 
     # -- changing ----------------------------------------------------------
     async def replace(self, job_id: str, spec: JobSpec, if_version: int | None = None) -> JobRecord:
         """New spec for future slots; active runs keep their snapshot."""
+        return await self._retry_due_moved(
+            job_id, lambda: self._replace_once(job_id, spec, if_version)
+        )
+
+    async def _replace_once(self, job_id: str, spec: JobSpec, if_version: int | None) -> JobRecord:
         state = await self.load(job_id)
         old = state.job.value
         if if_version is not None and if_version != old.version:
@@ -204,15 +240,43 @@ class JobService:
             raise InvalidInput("a job cannot move to another tenant", field="tenant")
         now = self.clock.now_ms()
         job = old.model_copy(update={"spec": spec, "version": old.version + 1, "updated_ms": now})
-        compares, ops = self._unschedule_ops(state)
-        prev = state.due.value if state.due else None
-        after = max(now - 1, prev.last_slot_ms if prev and prev.last_slot_ms else now - 1)
-        ops += self._schedule_ops(job, state.job.version + 1, prev, after)
+        compares, ops = self._reschedule_ops(state, job, now)
         return await self._commit(state, job, ops, compares)
+
+    def _reschedule_ops(
+        self, state: JobState, job: JobRecord, now: int
+    ) -> tuple[list[Compare], list[Op]]:
+        """Move the due entry to the new spec's next slot.
+
+        * A paused job keeps its pointer untouched: it marks the paused slot,
+          from which resume accounts for every missed slot.
+        * The next slot is searched from the current due slot when that is
+          overdue (no scheduler fired it yet), so the overdue slots meet the
+          misfire policy instead of vanishing; never at or before the slot
+          fired last.
+        * etcd refuses a txn that deletes and puts the same key ("duplicate
+          key given in txn request"), and the pointer (often the due key too)
+          is rewritten: a delete of a key that is put again is dropped.
+        """
+        if job.state == "paused":
+            pointer = self.keys.due_pointer(job.id)
+            guard = Cmp.mod(pointer, state.due.mod_revision) if state.due else Cmp.absent(pointer)
+            return [guard], []
+        compares, removes = self._unschedule_ops(state)
+        prev = state.due.value if state.due else None
+        after = now - 1 if prev is None else min(now, prev.slot_ms) - 1
+        if prev is not None and prev.last_slot_ms is not None:
+            after = max(after, prev.last_slot_ms)
+        puts = self._schedule_ops(job, state.job.version + 1, prev, after)
+        put_keys = {op.key for op in puts}
+        return compares, [op for op in removes if op.key not in put_keys] + puts
 
     async def pause(self, job_id: str) -> JobRecord:
         """No new slots. The due entry leaves the index but its pointer stays,
         marking the paused slot, so resume can account for every missed slot."""
+        return await self._retry_due_moved(job_id, lambda: self._pause_once(job_id))
+
+    async def _pause_once(self, job_id: str) -> JobRecord:
         state = await self.load(job_id)
         if state.job.value.state == "paused":
             return state.job.value
@@ -231,6 +295,9 @@ class JobService:
     async def resume(self, job_id: str, catch_up: CatchUp = "skip") -> JobRecord:
         """Schedule again from now. Slots missed while paused get one skip
         record (reason ``paused``); with ``run_once`` the latest of them runs."""
+        return await self._retry_due_moved(job_id, lambda: self._resume_once(job_id, catch_up))
+
+    async def _resume_once(self, job_id: str, catch_up: CatchUp) -> JobRecord:
         state = await self.load(job_id)
         old = state.job.value
         if old.state != "paused":
@@ -283,14 +350,18 @@ class JobService:
     async def delete(self, job_id: str) -> list[str]:
         """Remove the job and its due entry; history stays until retention.
         Returns the ids of its active runs (the caller may cancel them)."""
+        await self._retry_due_moved(job_id, lambda: self._delete_once(job_id))
+        return await self.active_run_ids(job_id)
+
+    async def _delete_once(self, job_id: str) -> None:
+        """Compares: the job and its due entry are as read."""
         state = await self.load(job_id)
         compares, ops = self._unschedule_ops(state)
         compares.append(Cmp.mod(state.job.key, state.job.mod_revision))
         ops += [Ops.delete(state.job.key), Ops.delete(self.keys.due_pointer(job_id))]
-        result = await self.store.txn(compares, ops)
+        result = await self.store.txn(compares, ops, [Ops.get(state.job.key)])
         if not result.succeeded:
-            raise Conflict(f"job {job_id} changed concurrently; retry", field="job_id")
-        return await self.active_run_ids(job_id)
+            raise self._failure(state, result.responses)
 
     async def active_run_ids(self, job_id: str) -> list[str]:
         prefix = self.keys.active_prefix(self.partition(job_id), job_id)

@@ -39,8 +39,14 @@ def check_slots(
     until_ms: int,
     run_slots: set[int],
     skips: list[SkipRecord],
+    backfilled: frozenset[int] | set[int] = frozenset(),
 ) -> LedgerReport:
-    """Account every slot in [anchor, until) against runs and skip ranges."""
+    """Account every slot in [anchor, until) against runs and skip ranges.
+
+    ``backfilled`` are slots a client backfilled. A backfill run has the id
+    the scheduled run of its slot would have, so the scheduler never creates
+    a second run for it: it explains a slot the scheduler had not fired yet,
+    and on a skipped slot it is the client's remedy, not a double account."""
     report = LedgerReport(job_id)
     expected = slots_between(trigger, anchor_ms - 1, until_ms - 1, anchor_ms, MAX_SLOTS)
     report.expected = len(expected)
@@ -53,7 +59,7 @@ def check_slots(
         ran = slot in run_slots
         if ran and skipped:
             report.doubly_explained.append(slot)
-        elif ran:
+        elif ran or (slot in backfilled and not skipped):
             report.by_run += 1
         elif skipped:
             report.by_skip += 1
@@ -73,11 +79,14 @@ async def account(
     if until_ms is None:
         due_kv = await store.get(keys.due_pointer(job_id))
         until_ms = due_kv.decode(DueEntry).value.slot_ms if due_kv else until_ms
-    runs = await store.range(keys.runs_prefix(job_id))
-    run_slots = {
-        r.slot_ms for r in (kv.decode(RunRecord).value for kv in runs.kvs) if r.kind == "scheduled"
-    }
+    page = await store.range(keys.runs_prefix(job_id))
+    runs = [kv.decode(RunRecord).value for kv in page.kvs]
+    run_slots = {r.slot_ms for r in runs if r.kind == "scheduled"}
+    backfilled = {r.slot_ms for r in runs if r.kind == "backfill"}
     skip_kvs = await store.range(keys.skips_prefix(job_id))
     skips = [kv.decode(SkipRecord).value for kv in skip_kvs.kvs]
-    limit = until_ms if until_ms is not None else max(run_slots, default=job.anchor_ms) + 1
-    return check_slots(job_id, job.spec.trigger, job.anchor_ms, limit, run_slots, skips)
+    if until_ms is None:  # no slot left: everything up to the last run or skip counts
+        last_skipped = {s.last_slot_ms for s in skips}
+        until_ms = max(run_slots | backfilled | last_skipped, default=job.anchor_ms) + 1
+    trigger, anchor = job.spec.trigger, job.anchor_ms
+    return check_slots(job_id, trigger, anchor, until_ms, run_slots, skips, backfilled)
