@@ -106,7 +106,8 @@ def job_create(cli: Cli, /, file: TextIO | None, job_id: str | None, **flags: An
     key = flags.pop("idempotency_key")
     spec = out.apply_flags(spec, flags)
     created = cli.call(lambda c: c.create_job(spec, job_id or file_id, key))
-    out.emit(cli.output, created, out.job_fields(created))
+    view = cli.call(lambda c: c.get_job(created.id))  # the view carries the next slot
+    out.emit(cli.output, created, out.job_fields(created, view.next_slot_ms))
 
 
 @job.command("ls")

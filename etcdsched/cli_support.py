@@ -176,6 +176,7 @@ def run_fields(run: RunRecord, pending_reason: str | None = None) -> str:
             ("kind", run.kind),
             ("slot", when(run.slot_ms)),
             ("attempt", run.attempt),
+            ("fired", run.fired_note or "-"),
             ("reason", run.reason or "-"),
             ("waiting", pending_reason or "-"),
         ]
@@ -183,11 +184,15 @@ def run_fields(run: RunRecord, pending_reason: str | None = None) -> str:
     if not run.attempts:
         return head
     rows = (
-        (a.number, a.worker, a.state, when(a.started_ms), when(a.ended_ms), a.exit_code)
+        (a.number, a.worker, a.state, when(a.started_ms), when(a.ended_ms), _or_dash(a.exit_code))
         for a in run.attempts
     )
     attempts = table(("#", "WORKER", "STATE", "STARTED", "ENDED", "EXIT"), rows)
     return f"{head}\n\n{attempts}"
+
+
+def _or_dash(value: object) -> object:
+    return "-" if value is None else value
 
 
 def skip_rows(skips: Iterable[SkipRecord]) -> str:

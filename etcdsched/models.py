@@ -110,6 +110,11 @@ class RunRecord(Record):
     cancel_requested: bool = False
     reason: str = Field("", description="Why it is pending, skipped or ended as it did.")
     coalesced: int = Field(0, description="Missed slots folded into this run (run_once).")
+    fired_note: str = Field(
+        "",
+        description="Why the scheduler created the run as it did (e.g. a misfire catch-up);"
+        " set once at creation, never overwritten, unlike reason.",
+    )
     worker: str | None = None
     queue_key: str | None = Field(None, description="Its placement queue key while queued.")
     created_by: str = Field("", description="The scheduler (or API) that created the run.")

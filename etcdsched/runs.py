@@ -62,6 +62,7 @@ def new_run(
         updated_ms=now_ms,
         coalesced=coalesced,
         reason=reason,
+        fired_note=reason,
         created_by=created_by,
     )
 

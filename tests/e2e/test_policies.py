@@ -72,6 +72,7 @@ async def test_misfire_run_once_coalesces_missed_slots_into_one_run(services: Se
     [run] = await services.runs_of("mf-once")
     assert run.slot_ms == slots[-1], "the latest missed slot runs"
     assert run.coalesced == MISSED - 1
+    assert run.fired_note.startswith("misfire:"), "the run record says why it ran"
     [skip] = await skips_of(services, "mf-once")
     assert (skip.reason, skip.count) == ("misfire", MISSED - 1)
     assert (skip.first_slot_ms, skip.last_slot_ms) == (slots[0], slots[-1] - 1)
