@@ -27,7 +27,8 @@ from etcdsched.bench.options import BenchOptions
 from etcdsched.bench.progress import note
 from etcdsched.bench.report import render
 from etcdsched.bench.results import ScenarioResult, write_results
-from etcdsched.embedded import EtcdCluster, EtcdTuning
+from etcdsched.embedded import EtcdTuning
+from etcdsched.etcd_cluster import EtcdCluster
 from etcdsched.etcd_store import EtcdOptions, EtcdStore
 
 Scenario = Callable[[BenchContext], Awaitable[ScenarioResult]]

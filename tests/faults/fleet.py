@@ -14,7 +14,8 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from etcdsched.embedded import EtcdCluster, EtcdMember, EtcdTuning
+from etcdsched.embedded import EtcdMember, EtcdTuning
+from etcdsched.etcd_cluster import EtcdCluster
 from tests.support.procs import AgentProcess, agent_env
 
 log = logging.getLogger(__name__)

@@ -6,8 +6,9 @@ import time
 from pathlib import Path
 
 from etcdsched.clock import SystemClock
-from etcdsched.embedded import EtcdCluster, EtcdTuning
+from etcdsched.embedded import EtcdTuning
 from etcdsched.errors import EtcdschedError
+from etcdsched.etcd_cluster import EtcdCluster
 from etcdsched.etcd_store import EtcdOptions, EtcdStore
 from etcdsched.session import Session
 from etcdsched.store import Ops
