@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from etcdsched.embedded import (
-    EtcdCluster,
     EtcdMember,
     EtcdStartError,
     EtcdTuning,
     etcd_binary,
     reserve_ports,
 )
+from etcdsched.etcd_cluster import EtcdCluster
 from tests.support.eventually import wait_until
 
 FAST = EtcdTuning(unsafe_no_fsync=True)
