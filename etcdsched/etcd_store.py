@@ -62,6 +62,19 @@ _OPERATORS = {
     ">": PbCompare.GREATER,
 }
 _TRANSPORT_ERRORS = (EtcdError, TimeoutError, OSError)
+
+
+def _is_future_revision(exc: grpc.aio.AioRpcError) -> bool:
+    """A read at revision R served by a member that has not applied R yet.
+
+    A paged read pins the first page's revision; the next page may go to
+    another member (fail-over, balancing) that is a little behind (etcd
+    issue 12561). Transient: the member catches up, so it is reported as
+    unavailable, which every caller already retries."""
+    details = exc.details() or ""
+    return exc.code() == grpc.StatusCode.OUT_OF_RANGE and "future revision" in details
+
+
 _TRANSIENT_CODES = (
     grpc.StatusCode.UNAVAILABLE,
     grpc.StatusCode.DEADLINE_EXCEEDED,
@@ -185,7 +198,7 @@ class EtcdStore:
                     raise StoreUnavailable("etcd rejected our credentials") from None
                 await self._authenticate()
             except grpc.aio.AioRpcError as exc:
-                if exc.code() in _TRANSIENT_CODES:
+                if exc.code() in _TRANSIENT_CODES or _is_future_revision(exc):
                     self._raise_transport(write, exc)
                 raise StoreRejected(f"etcd refused the request: {exc.details()}") from exc
             except _TRANSPORT_ERRORS as exc:

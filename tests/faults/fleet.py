@@ -60,6 +60,8 @@ class Fleet:
         self.agents += [AgentSlot(f"w{i + 1}", "worker") for i in range(workers)]
         self.etcd_down: int | None = None
         """Index of the etcd member deliberately down (at most one at a time)."""
+        self.etcd_replacements = 0
+        """Killed members brought back empty (member remove + add)."""
         self._closed = False
 
     @property
@@ -115,9 +117,13 @@ class Fleet:
         self.cluster.member(index).kill()
 
     def restart_etcd(self, index: int, timeout: float = 20.0) -> None:
+        """Bring a killed member back as an empty replacement that catches up
+        from the leader (see :meth:`EtcdCluster.replace_member` for why: etcd
+        3.5.1 may restart a member killed under load with writes missing)."""
         member = self.cluster.member(index)
         if not member.alive:
-            member.start()
+            self.cluster.replace_member(index, timeout)
+            self.etcd_replacements += 1
         member.wait_ready(timeout)
         self.etcd_down = None
 
@@ -134,6 +140,9 @@ class Fleet:
                 self.kill9(slot)
                 actions.append(f"restarted {slot.name} as {self.spawn(slot).name}")
         down = [m.name for m in self.cluster if m.paused or not m.alive]
+        for index, member in enumerate(self.cluster):
+            if not member.alive:
+                self.restart_etcd(index)
         self.cluster.heal()
         self.etcd_down = None
         actions += [f"restarted etcd {name}" for name in down]

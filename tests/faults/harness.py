@@ -189,6 +189,8 @@ async def _quiesce_and_check(
     if not await wait_until(all_terminal, timeout=config.quiesce_timeout_s):
         log.warning("runs still active after %.0f s", config.quiesce_timeout_s)
     info.quiesce_s = time.monotonic() - started
+    info.etcd_replacements = fleet.etcd_replacements
+    info.etcd_revisions = await asyncio.to_thread(_member_revisions, fleet)
     await asyncio.sleep(1.0)  # a zombie would write one more beat by now
     history, info.ledger_bad_lines = await collect_history(
         store, keys, fleet.work_dir / "ledger.jsonl", quiesce_ms, fleet.log_dir / "runlogs"
@@ -199,6 +201,18 @@ async def _quiesce_and_check(
             out.write(json.dumps(asdict(fault)) + "\n")
     report = check_history(history)
     return RunOutcome(info, report, injector.faults, injector.exits)
+
+
+def _member_revisions(fleet: Fleet) -> list[int]:
+    """Each etcd member's revision once writes have stopped; read a few times
+    because a write landing between two status calls differs innocently."""
+    revisions: list[int] = []
+    for _ in range(5):
+        time.sleep(1.0)
+        revisions = [int(member.status()["header"]["revision"]) for member in fleet.cluster]
+        if len(set(revisions)) == 1:
+            break
+    return revisions
 
 
 # -- command line ------------------------------------------------------------------

@@ -47,6 +47,9 @@ class RunInfo:
     recurring_jobs: int = 0
     healed: list[str] = field(default_factory=list)
     ledger_bad_lines: int = 0
+    etcd_replacements: int = 0
+    etcd_revisions: list[int] = field(default_factory=list)
+    """Each member's revision after quiesce: all equal, or etcd itself diverged."""
 
 
 @dataclass
@@ -123,7 +126,20 @@ def _total_rows(outcome: RunOutcome) -> Rows:
         ("skips", f"{report.skip_records} records: {counter(report.skips_by_reason)} (slots)"),
         ("faults", f"{len(outcome.faults)}: {counter(faults)}"),
         ("fault errors", f"{fault_errors} (etcd unavailable during a storm, etc.)"),
+        ("etcd restarts", _etcd_restarts(info)),
     ]
+
+
+def _etcd_restarts(info: RunInfo) -> str:
+    """Killed members come back empty (member remove + add): etcd 3.5.1 can
+    restart a member killed under load with applied writes missing."""
+    revisions = ", ".join(str(r) for r in info.etcd_revisions) or "?"
+    same = len(set(info.etcd_revisions)) == 1
+    verdict = "consistent" if same else "DIVERGED (etcd fault, not a scheduler one)"
+    return (
+        f"{info.etcd_replacements} killed members rejoined empty (etcd 3.5.1 bug, "
+        f"etcd issue 13766); member revisions after quiesce: {revisions}, {verdict}"
+    )
 
 
 def _notes(report: HistoryReport) -> str:
