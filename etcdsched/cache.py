@@ -51,6 +51,7 @@ class PrefixCache:
         keep: Callable[[str], bool] | None = None,
         on_event: Callable[[Event], None] | None = None,
         list_end: Callable[[], str] | None = None,
+        group_by: Callable[[str], str] | None = None,
     ) -> None:
         self._store = store
         self._clock = clock
@@ -60,10 +61,42 @@ class PrefixCache:
         self._on_event = on_event
         self._list_end = list_end
         self.items: dict[str, KV] = {}
+        self._group_by = group_by
+        self._groups: dict[str, dict[str, KV]] = {}
         self.revision = 0
         self.ready = asyncio.Event()
         self._changed = asyncio.Event()
         self.relists = 0
+
+    def group(self, name: str) -> dict[str, KV]:
+        """The items whose ``group_by(key)`` is ``name``, kept up to date with
+        ``items``: a consumer asking about one job does not walk every key
+        (with thousands of active runs per partition that walk, repeated on
+        every firing pass, was most of a scheduler's CPU)."""
+        if self._group_by is None:
+            raise TypeError(f"cache {self.prefix} was made without group_by")
+        return self._groups.get(name, {})
+
+    def _regroup(self) -> None:
+        if self._group_by is None:
+            return
+        self._groups = {}
+        for key, kv in self.items.items():
+            self._groups.setdefault(self._group_by(key), {})[key] = kv
+
+    def _group_apply(self, event: Event) -> None:
+        if self._group_by is None:
+            return
+        key = event.kv.key
+        name = self._group_by(key)
+        if event.kind == "delete" or key not in self.items:
+            members = self._groups.get(name)
+            if members is not None:
+                members.pop(key, None)
+                if not members:
+                    del self._groups[name]
+        else:
+            self._groups.setdefault(name, {})[key] = event.kv
 
     async def wait_changed(self) -> None:
         await self._changed.wait()
@@ -84,6 +117,7 @@ class PrefixCache:
         end = self._list_end() if self._list_end is not None else prefix_end(self.prefix)
         items, revision = await list_all(self._store, self.prefix, end, self.keep)
         previous, self.items, self.revision = self.items, items, revision
+        self._regroup()
         self.relists += 1
         self.ready.set()
         if self._on_event is not None:
@@ -102,6 +136,7 @@ class PrefixCache:
             self.items.pop(key, None)
         elif self.keep is None or self.keep(key):
             self.items[key] = event.kv
+        self._group_apply(event)
         self.revision = max(self.revision, event.kv.mod_revision)
         if self._on_event is not None:
             self._on_event(event)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from etcdsched.cache import PrefixCache
@@ -27,7 +28,7 @@ from etcdsched.models import ActivePointer, DueEntry, SkipRecord
 from etcdsched.ownership import Ownership
 from etcdsched.planning import FirePlan, PlannedRun, plan_fire
 from etcdsched.runs import RunOps, RunOrigin, new_run
-from etcdsched.store import KV, Cmp, Compare, Op, Ops, Store
+from etcdsched.store import KV, Cmp, Compare, Event, Op, Ops, Store
 
 log = logging.getLogger(__name__)
 MAX_TXN_OPS = 120  # etcd refuses more than --max-txn-ops (default 128) per branch
@@ -50,6 +51,29 @@ class FireStats:
     skipped: int = 0
     batches: int = 0
     conflicts: int = 0
+
+
+def active_runs_cache(
+    store: Store,
+    clock: Clock,
+    keys: Keys,
+    partition: int,
+    on_event: Callable[[Event], None] | None = None,
+) -> PrefixCache:
+    """The active pointers of one partition, grouped by job: what the firer
+    (overlap policy) and the placer (queue_one) ask about one job at a time."""
+
+    def job_of(key: str) -> str:
+        return keys.parse_active(key)[1].job_id
+
+    return PrefixCache(
+        store,
+        clock,
+        keys.active_prefix(partition),
+        relist_every=15,
+        on_event=on_event,
+        group_by=job_of,
+    )
 
 
 class PartitionFirer:
@@ -113,7 +137,7 @@ class PartitionFirer:
         ready = self.ready_entries(now_ms)
         chunk: list[tuple[KV, EntryWrite]] = []
         size = 0
-        active_by_job = self._active_by_job()
+        active_by_job = self._active_by_job(ready)
         jobs_in_chunk: set[str] = set()
         for kv in ready:
             write = self._entry_write(kv, now_ms, active_by_job)
@@ -133,11 +157,14 @@ class PartitionFirer:
             await self._commit(chunk, now_ms)
         return len(ready)
 
-    def _active_by_job(self) -> dict[str, list[ActivePointer]]:
+    def _active_by_job(self, ready: list[KV]) -> dict[str, list[ActivePointer]]:
+        """The active runs of the jobs about to fire (for the overlap policy)."""
         grouped: dict[str, list[ActivePointer]] = {}
-        for key, kv in self.active.items.items():
-            _, ref = self.keys.parse_active(key)
-            grouped.setdefault(ref.job_id, []).append(kv.decode(ActivePointer).value)
+        for kv in ready:
+            job_id = self.keys.parse_due(kv.key).job_id
+            if job_id not in grouped:
+                pointers = self.active.group(job_id).values()
+                grouped[job_id] = [p.decode(ActivePointer).value for p in pointers]
         return grouped
 
     def _entry_write(

@@ -70,16 +70,34 @@ class PartitionPlacer:
         self.queue = PrefixCache(store, clock, keys.queue_prefix(partition), relist_every=10.0)
         self.placed = 0
         self.lost = 0
+        self._view_memo: dict[str, tuple[int, int, WorkerView]] = {}
+        self._deadlines: dict[str, int | None] = {}
+        """Starting-deadline instant of each queued run read so far."""
 
     # -- views -------------------------------------------------------------------
     def worker_views(self) -> dict[str, WorkerView]:
-        views = {}
+        """Every live worker with its load; a view is decoded again only when
+        its member or load record changed (a pass runs on every load change)."""
+        views, memo = {}, {}
         for kv in self.workers.items.values():
-            member = kv.decode(WorkerMember).value
-            load_kv = self.loads.items.get(self.keys.load(member.id))
-            load = load_kv.decode(LoadRecord).value if load_kv else LoadRecord()
-            views[member.id] = WorkerView(member, load, load_kv.mod_revision if load_kv else 0)
+            worker_id = self.keys.parse_member("workers", kv.key)
+            load_kv = self.loads.items.get(self.keys.load(worker_id))
+            load_revision = load_kv.mod_revision if load_kv else 0
+            known = self._view_memo.get(kv.key)
+            if known is not None and known[:2] == (kv.mod_revision, load_revision):
+                view = known[2]
+            else:
+                member = kv.decode(WorkerMember).value
+                load = load_kv.decode(LoadRecord).value if load_kv else LoadRecord()
+                view = WorkerView(member, load, load_revision)
+            memo[kv.key] = (kv.mod_revision, load_revision, view)
+            views[view.member.id] = view
+        self._view_memo = memo
         return views
+
+    @staticmethod
+    def _any_free_slot(views: dict[str, WorkerView]) -> bool:
+        return any(v.free().slots > 0 and not v.member.draining for v in views.values())
 
     def earliest_queued_ms(self) -> int | None:
         if not self.queue.items:
@@ -92,14 +110,31 @@ class PartitionPlacer:
         views = self.worker_views()
         QUEUE_DEPTH.labels(partition=str(self.partition)).set(len(self.queue.items))
         placed = 0
+        full = not self._any_free_slot(views)
         for key in sorted(self.queue.items):
             if self.keys.parse_queue(key).not_before_ms > now_ms + self.lookahead_ms:
                 continue
+            if full and not self._deadline_passed(key, now_ms):
+                continue  # no worker has a free slot: only a deadline can change this run
             current = await self._queued_run(key)
-            if current is not None and await self._place(current, views, now_ms):
+            if current is None:
+                continue
+            self._deadlines[key] = self._deadline_ms(current.value)
+            if await self._place(current, views, now_ms):
                 placed += 1
+            full = not self._any_free_slot(views)
+        self._deadlines = {k: v for k, v in self._deadlines.items() if k in self.queue.items}
         self.placed += placed
         return placed
+
+    def _deadline_passed(self, queue_key: str, now_ms: int) -> bool:
+        """True when the run may be past its starting deadline: unknown
+        (never read yet) counts as passed, so each queued run is read once
+        while the workers are full instead of on every pass."""
+        if queue_key not in self._deadlines:
+            return True
+        deadline = self._deadlines[queue_key]
+        return deadline is not None and now_ms > deadline
 
     async def _queued_run(self, queue_key: str) -> Versioned[RunRecord] | None:
         """The run behind a queue entry; stale entries are removed."""
@@ -156,19 +191,23 @@ class PartitionPlacer:
         return False
 
     @staticmethod
-    def _past_deadline(run: RunRecord, now_ms: int) -> bool:
+    def _deadline_ms(run: RunRecord) -> int | None:
+        """The instant after which the run is skipped instead of placed;
+        None for retries and runs without a starting deadline."""
         deadline = run.spec.starting_deadline
         if deadline is None or run.attempt > 0:
-            return False
-        return now_ms > run.not_before_ms + deadline.total_seconds() * 1000
+            return None
+        return run.not_before_ms + int(deadline.total_seconds() * 1000)
+
+    def _past_deadline(self, run: RunRecord, now_ms: int) -> bool:
+        deadline = self._deadline_ms(run)
+        return deadline is not None and now_ms > deadline
 
     def _job_executing(self, run: RunRecord) -> bool:
-        prefix = self.keys.active_prefix(self.partition, run.job_id)
-        for key, kv in self.active.items.items():
-            if key.startswith(prefix):
-                pointer = kv.decode(ActivePointer).value
-                if pointer.run_id != run.id and pointer.worker is not None:
-                    return True
+        for kv in self.active.group(run.job_id).values():
+            pointer = kv.decode(ActivePointer).value
+            if pointer.run_id != run.id and pointer.worker is not None:
+                return True
         return False
 
     async def _dependencies(self, run: RunRecord) -> str:

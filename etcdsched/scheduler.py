@@ -23,7 +23,7 @@ from etcdsched.cache import PrefixCache
 from etcdsched.clock import Clock
 from etcdsched.config import Config
 from etcdsched.errors import EtcdschedError, OwnershipLost, StoreUnavailable
-from etcdsched.firing import PartitionFirer
+from etcdsched.firing import PartitionFirer, active_runs_cache
 from etcdsched.keys import Keys
 from etcdsched.logstore import LogStore
 from etcdsched.metrics import PARTITIONS_OWNED
@@ -192,12 +192,8 @@ class SchedulerService:
 
     def _start_partition(self, partition: int) -> None:
         cfg = self.config
-        active = PrefixCache(
-            self.store,
-            self.clock,
-            self.keys.active_prefix(partition),
-            relist_every=15,
-            on_event=self.retention.on_active_event,
+        active = active_runs_cache(
+            self.store, self.clock, self.keys, partition, self.retention.on_active_event
         )
         firer = PartitionFirer(
             partition,

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import asyncio
 
-from etcdsched.cache import PrefixCache
 from etcdsched.clock import SystemClock
 from etcdsched.etcd_store import EtcdOptions, EtcdStore
-from etcdsched.firing import PartitionFirer
+from etcdsched.firing import PartitionFirer, active_runs_cache
 from etcdsched.jobs import JobService
 from etcdsched.keys import Keys
 from etcdsched.ledger import account
@@ -69,7 +68,7 @@ async def _fire_all(store: EtcdStore, keys: Keys, clock: SystemClock, owner: Own
     racer = Ownership(store, keys, "shared")
     racer.tokens = dict(owner.tokens)
     for pp in range(P):
-        active = PrefixCache(store, clock, keys.active_prefix(pp))
+        active = active_runs_cache(store, clock, keys, pp)
         firer = PartitionFirer(pp, store, keys, clock, racer, active, P, 0, 60_000, 16)
         await firer.due.relist()
         await firer.fire_due(clock.now_ms())

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from etcdsched.cache import PrefixCache
 from etcdsched.clock import SystemClock
 from etcdsched.etcd_store import EtcdOptions, EtcdStore
-from etcdsched.firing import PartitionFirer
+from etcdsched.firing import PartitionFirer, active_runs_cache
 from etcdsched.jobs import JobService, due_entry
 from etcdsched.keys import Keys, partition_of
 from etcdsched.models import JobRecord
@@ -83,7 +82,7 @@ async def _one_pass(
     before = store.stats.keys_read
     for pp in range(P):
         assert await ownership.acquire(pp, session, clock.now_ms())
-        active = PrefixCache(store, clock, keys.active_prefix(pp))
+        active = active_runs_cache(store, clock, keys, pp)
         firer = PartitionFirer(pp, store, keys, clock, ownership, active, P, 0, 60_000, 16)
         await firer.due.relist()
         await firer.fire_due(clock.now_ms())

@@ -1,0 +1,62 @@
+"""PrefixCache's per-group view stays equal to grouping ``items`` afresh,
+through puts, deletes and re-lists (the firer and placer rely on it)."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import pytest
+
+from etcdsched.cache import PrefixCache
+from etcdsched.clock import FakeClock
+from etcdsched.store import KV, Event, Store
+
+
+def kv(key: str, rev: int) -> KV:
+    return KV(key, b"{}", rev, rev, 1)
+
+
+def by_job(key: str) -> str:
+    return key.split("/")[1]
+
+
+def regrouped(cache: PrefixCache) -> dict[str, set[str]]:
+    groups: dict[str, set[str]] = {}
+    for key in cache.items:
+        groups.setdefault(by_job(key), set()).add(key)
+    return groups
+
+
+def views(cache: PrefixCache, names: set[str]) -> dict[str, set[str]]:
+    return {name: set(cache.group(name)) for name in names if cache.group(name)}
+
+
+def test_groups_follow_puts_and_deletes() -> None:
+    cache = PrefixCache(cast(Store, None), FakeClock(0), "a/", group_by=by_job)
+    events = [
+        Event("put", kv("a/j1/1", 1)),
+        Event("put", kv("a/j1/2", 2)),
+        Event("put", kv("a/j2/1", 3)),
+        Event("delete", kv("a/j1/1", 4)),
+        Event("put", kv("a/j2/1", 5)),
+        Event("delete", kv("a/j3/9", 6)),  # never seen: harmless
+    ]
+    for event in events:
+        cache.apply(event)
+        assert views(cache, {"j1", "j2", "j3"}) == regrouped(cache)
+    assert set(cache.group("j1")) == {"a/j1/2"}
+    assert cache.group("j3") == {}
+
+
+def test_relist_rebuilds_groups() -> None:
+    cache = PrefixCache(cast(Store, None), FakeClock(0), "a/", group_by=by_job)
+    cache.apply(Event("put", kv("a/j1/1", 1)))
+    cache.items = {"a/j2/1": kv("a/j2/1", 2)}
+    cache._regroup()
+    assert cache.group("j1") == {} and set(cache.group("j2")) == {"a/j2/1"}
+
+
+def test_group_without_group_by_is_a_programming_error() -> None:
+    cache: Any = PrefixCache(cast(Store, None), FakeClock(0), "a/")
+    with pytest.raises(TypeError):
+        cache.group("j1")
