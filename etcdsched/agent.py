@@ -23,6 +23,8 @@ from etcdsched.executor import Executor, NoopExecutor, ProcessExecutor
 from etcdsched.keys import Keys
 from etcdsched.logstore import DirLogStore
 from etcdsched.scheduler import SchedulerService, ensure_cluster
+from etcdsched.session import StoreFactory
+from etcdsched.store import Store
 from etcdsched.worker import WorkerService
 
 log = logging.getLogger(__name__)
@@ -32,6 +34,15 @@ ROLES = frozenset({"scheduler", "worker", "api"})
 def make_executor(name: str) -> Executor:
     """``noop`` exists for benchmarks only: it starts nothing and succeeds."""
     return NoopExecutor() if name == "noop" else ProcessExecutor()
+
+
+def store_factory(config: Config) -> StoreFactory:
+    """Connects another store to the same etcd (a session's renewal thread)."""
+
+    async def connect() -> Store:
+        return await EtcdStore.connect(config.etcd_options())
+
+    return connect
 
 
 async def run_agent(config: Config, roles: set[str], stop: asyncio.Event | None = None) -> None:
@@ -48,7 +59,8 @@ async def run_agent(config: Config, roles: set[str], stop: asyncio.Event | None 
         worker = None
         tasks: list[asyncio.Task[None]] = []
         if "scheduler" in roles:
-            scheduler = SchedulerService(config, store, keys, clock, logs)
+            renewal = store_factory(config)
+            scheduler = SchedulerService(config, store, keys, clock, logs, renewal)
             tasks.append(asyncio.create_task(scheduler.run(), name="scheduler"))
         if "worker" in roles:
             worker = WorkerService(config, store, keys, clock, make_executor(config.executor), logs)

@@ -32,7 +32,7 @@ from etcdsched.ownership import Ownership, desired_owners
 from etcdsched.placer import PartitionPlacer
 from etcdsched.retention import RetentionSweeper
 from etcdsched.runs import cancel_run
-from etcdsched.session import Session
+from etcdsched.session import Session, StoreFactory
 from etcdsched.store import Cmp, Ops, Store
 
 log = logging.getLogger(__name__)
@@ -73,9 +73,14 @@ class SchedulerService:
         keys: Keys,
         clock: Clock,
         logs: LogStore | None = None,
+        renew_store: StoreFactory | None = None,
     ) -> None:
+        """``renew_store`` moves lease renewal to its own thread and
+        connection (``etcdsched.session``): an overloaded scheduler keeps
+        its partitions instead of losing them all and re-listing."""
         self.config = config
         self.store = store
+        self.renew_store = renew_store
         self.keys = keys
         self.clock = clock
         self.member_id = config.member_id
@@ -117,7 +122,9 @@ class SchedulerService:
     async def _incarnation(self) -> None:
         """One session: register, then balance partitions until it is lost."""
         try:
-            self.session = await Session.open(self.store, self.clock, self.config.lease_ttl)
+            self.session = await Session.open(
+                self.store, self.clock, self.config.lease_ttl, renew_store=self.renew_store
+            )
             self.ownership.bind(self.session)
             await self._register(self.session)
             await self.schedulers.ready.wait()

@@ -9,6 +9,14 @@ new one.
 
 ``close()`` revokes the lease (keys vanish now); ``orphan()`` stops renewing
 and lets the lease expire on its own (what a crash looks like).
+
+With ``renew_store`` the renewals run on a thread of their own, with their
+own event loop and etcd connection: a main loop that is busy for seconds (a
+scheduler overloaded by a burst) then does not starve its lease into
+expiry, which would cost it every partition and a full re-list, and make the
+overload worse. A process that is stopped or dead stops that thread too, so
+the lease still expires exactly when the process cannot act. Workers keep
+the in-loop renewal: their self-fencing watchdog is fed from the main loop.
 """
 
 from __future__ import annotations
@@ -16,7 +24,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+import threading
+from collections.abc import Awaitable, Callable
 
 from etcdsched.clock import Clock
 from etcdsched.errors import EtcdschedError, OwnershipLost
@@ -24,6 +33,7 @@ from etcdsched.store import Store
 
 log = logging.getLogger(__name__)
 MIN_TTL = 2
+StoreFactory = Callable[[], Awaitable[Store]]
 
 
 class Session:
@@ -36,23 +46,38 @@ class Session:
         self._safe_until = 0.0
         self.last_renewal_sent = 0.0
         self._lost = asyncio.Event()
+        self._lost_flag = False  # read by the renewal thread too
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
         self._callbacks: list[Callable[[], None]] = []
         self._task: asyncio.Task[None] | None = None
+        self._thread: _RenewalThread | None = None
         self._closed = False
 
     @classmethod
     async def open(
-        cls, store: Store, clock: Clock, ttl: int = 5, margin: float | None = None
+        cls,
+        store: Store,
+        clock: Clock,
+        ttl: int = 5,
+        margin: float | None = None,
+        renew_store: StoreFactory | None = None,
     ) -> Session:
         """Grant a lease and start renewing it. ``margin`` defaults to a
-        quarter of the TTL (at least 0.5 s)."""
+        quarter of the TTL (at least 0.5 s). ``renew_store`` connects the
+        renewal thread's own store (see the module docstring); needs a real clock."""
         ttl = max(MIN_TTL, ttl)
         sent = clock.monotonic()
         lease_id, granted = await store.grant(ttl)
         session = cls(store, clock, lease_id, granted, margin or max(0.5, granted / 4))
         session._safe_until = sent + granted - session.margin
         session.last_renewal_sent = sent
-        session._task = asyncio.create_task(session._keepalive(), name=f"session-{lease_id:x}")
+        if renew_store is None:
+            session._task = asyncio.create_task(
+                session._keepalive(store), name=f"session-{lease_id:x}"
+            )
+        else:
+            session._thread = _RenewalThread(session, renew_store)
         return session
 
     @property
@@ -63,9 +88,9 @@ class Session:
     @property
     def lost(self) -> bool:
         """True once renewals failed long enough that the lease may expire."""
-        if not self._lost.is_set() and self._clock.monotonic() >= self._safe_until:
+        if not self._lost_flag and self._clock.monotonic() >= self._safe_until:
             self._declare_lost("no renewal within the TTL")
-        return self._lost.is_set()
+        return self._lost_flag
 
     def check(self) -> None:
         """Raise :class:`OwnershipLost` if this session can no longer be trusted."""
@@ -78,7 +103,7 @@ class Session:
     def on_lost(self, callback: Callable[[], None]) -> None:
         self._callbacks.append(callback)
 
-    async def _keepalive(self) -> None:
+    async def _keepalive(self, store: Store) -> None:
         interval = self.ttl / 3
         next_renewal = self._clock.monotonic() + interval
         while not self.lost:
@@ -90,7 +115,7 @@ class Session:
             # a renewal that lands before safe_until is still useful: give it that long
             timeout = max(0.1, self._safe_until - sent)
             try:
-                remaining = await self._store.keepalive_once(self.lease_id, timeout)
+                remaining = await store.keepalive_once(self.lease_id, timeout)
             except EtcdschedError as exc:
                 log.warning("session %x: renewal failed: %s", self.lease_id, exc)
                 next_renewal = self._clock.monotonic() + min(0.25, interval)
@@ -103,9 +128,16 @@ class Session:
             next_renewal = sent + interval
 
     def _declare_lost(self, why: str) -> None:
-        if self._lost.is_set():
+        if self._lost_flag:
             return
+        self._lost_flag = True
         log.warning("session %x lost: %s", self.lease_id, why)
+        if threading.get_ident() == self._loop_thread:
+            self._run_lost_callbacks()
+        else:  # from the renewal thread: the event and callbacks belong to the main loop
+            self._loop.call_soon_threadsafe(self._run_lost_callbacks)
+
+    def _run_lost_callbacks(self) -> None:
         self._lost.set()
         for callback in self._callbacks:
             try:
@@ -115,6 +147,9 @@ class Session:
 
     async def _stop(self) -> None:
         self._closed = True
+        if self._thread is not None:
+            await self._thread.stop()
+            self._thread = None
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -129,3 +164,46 @@ class Session:
     async def orphan(self) -> None:
         """Stop renewing without revoking: keys stay until the TTL runs out."""
         await self._stop()
+
+
+class _RenewalThread:
+    """Runs ``session._keepalive`` on a daemon thread with its own event loop
+    and its own store connection (grpc channels belong to one loop)."""
+
+    def __init__(self, session: Session, connect: StoreFactory) -> None:
+        self._session = session
+        self._connect = connect
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._started = threading.Event()
+        self._thread = threading.Thread(
+            target=self._main, name=f"session-{session.lease_id:x}", daemon=True
+        )
+        self._thread.start()
+
+    def _main(self) -> None:
+        asyncio.run(self._renew())
+
+    async def _renew(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task()
+        self._started.set()
+        store = None
+        try:
+            store = await self._connect()
+            await self._session._keepalive(store)
+        except asyncio.CancelledError:
+            pass
+        except Exception:  # the session then expires as lost: say why
+            log.exception("session %x: renewal thread failed", self._session.lease_id)
+        finally:
+            if store is not None:
+                with contextlib.suppress(Exception):
+                    await store.close()
+
+    async def stop(self) -> None:
+        await asyncio.to_thread(self._started.wait, 5.0)
+        if self._loop is not None and self._task is not None:
+            with contextlib.suppress(RuntimeError):  # its loop already ended
+                self._loop.call_soon_threadsafe(self._task.cancel)
+        await asyncio.to_thread(self._thread.join, 10.0)

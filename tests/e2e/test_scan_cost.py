@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from etcdsched.clock import SystemClock
+from etcdsched.errors import OutcomeUnknown
 from etcdsched.etcd_store import EtcdOptions, EtcdStore
 from etcdsched.firing import PartitionFirer, active_runs_cache
 from etcdsched.jobs import JobService, due_entry
@@ -40,7 +41,13 @@ async def _store_far_future_jobs(store: EtcdStore, keys: Keys, far_ms: int) -> N
                 Ops.put(keys.due(pp, far_ms, job_id), due_json.replace("JOBID", job_id).encode())
             )
         async with gate:
-            await store.txn([], ops)
+            for attempt in range(3):  # plain puts: retrying one whose outcome is unknown is safe
+                try:
+                    await store.txn([], ops)
+                    return
+                except OutcomeUnknown:
+                    if attempt == 2:
+                        raise
 
     await asyncio.gather(*(chunk(i) for i in range(0, STORED, 60)))
 

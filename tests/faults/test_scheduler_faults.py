@@ -101,7 +101,7 @@ async def test_kill9_scheduler_partitions_fire_again_and_misfires_are_explained(
     misfired = []
     for job_id in victim_jobs:
         runs = await runs_of(store, keys, job_id)
-        misfired += [r for r in runs if r.reason.startswith("misfire")]
+        misfired += [r for r in runs if r.fired_note.startswith("misfire")]
     assert misfired, "the outage was longer than the misfire grace: some slot must have misfired"
     assert all(r.kind == "scheduled" for r in misfired)
     for job_id in ids:
