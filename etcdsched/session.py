@@ -190,8 +190,9 @@ class _RenewalThread:
         self._started.set()
         store = None
         try:
-            store = await self._connect()
-            await self._session._keepalive(store)
+            store = await self._connected()
+            if store is not None:
+                await self._session._keepalive(store)
         except asyncio.CancelledError:
             pass
         except Exception:  # the session then expires as lost: say why
@@ -200,6 +201,18 @@ class _RenewalThread:
             if store is not None:
                 with contextlib.suppress(Exception):
                     await store.close()
+
+    async def _connected(self) -> Store | None:
+        """Connect, retrying while the session can still be saved (etcd may
+        be failing over just now); None once it is lost anyway."""
+        while not self._session.lost:
+            try:
+                return await self._connect()
+            except EtcdschedError as exc:
+                lease = self._session.lease_id
+                log.warning("session %x: renewal connection failed: %s", lease, exc)
+                await asyncio.sleep(0.2)
+        return None
 
     async def stop(self) -> None:
         await asyncio.to_thread(self._started.wait, 5.0)
