@@ -7,6 +7,11 @@ its active-pointer cache and trims only those jobs: no scan of the history
 of every job. A run is deleted with a compare on its ``mod_revision``, so a
 run that changed meanwhile (it cannot, once terminal, but the compare makes
 that an invariant) is left alone.
+
+Archive first, delete second: a run is never lost between the two, but it
+can be archived twice (a sweep cut off after archiving, or the old and the
+new owner of a partition both sweeping during a hand-over). Readers of an
+archive take the last line of each run id.
 """
 
 from __future__ import annotations

@@ -88,15 +88,20 @@ async def pause_all(store: Store, keys: Keys, jobs: JobService) -> int:
 
 
 def archived_runs(log_dir: Path | None) -> list[RunRecord]:
-    """Runs that history retention moved out of etcd (``<log dir>/<job>/archive.jsonl``)."""
+    """Runs that history retention moved out of etcd (``<log dir>/<job>/archive.jsonl``).
+
+    Retention archives first and deletes second, so a run can be archived
+    twice (a sweep cut off between the two, or the old and the new owner of
+    a partition sweeping during a hand-over): one record per run id, the last."""
     if log_dir is None:
         return []
-    return [
-        RunRecord.model_validate_json(line)
-        for archive in sorted(log_dir.glob("*/archive.jsonl"))
-        for line in archive.read_text().splitlines()
-        if line.strip()
-    ]
+    by_id = {}
+    for archive in sorted(log_dir.glob("*/archive.jsonl")):
+        for line in archive.read_text().splitlines():
+            if line.strip():
+                run = RunRecord.model_validate_json(line)
+                by_id[run.id] = run
+    return list(by_id.values())
 
 
 async def collect_history(

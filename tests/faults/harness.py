@@ -196,6 +196,7 @@ async def _quiesce_and_check(
         store, keys, fleet.work_dir / "ledger.jsonl", quiesce_ms, fleet.log_dir / "runlogs"
     )
     dump_history(history, fleet.work_dir / "history.jsonl")
+    (fleet.work_dir / "runinfo.json").write_text(json.dumps(asdict(info)))  # for recheck
     with (fleet.work_dir / "faults.jsonl").open("w") as out:
         for fault in sorted([*injector.faults, *injector.exits], key=lambda f: f.at_s):
             out.write(json.dumps(asdict(fault)) + "\n")
