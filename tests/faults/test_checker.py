@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from etcdsched.models import Attempt, JobRecord, RunRecord, SkipRecord
@@ -9,6 +10,7 @@ from etcdsched.runs import RunOrigin, new_run
 from etcdsched.spec import JobSpec
 from etcdsched.statemachine import RunState
 from tests.faults.checker import History, HistoryReport, Percentiles, check_history
+from tests.faults.collect import archived_runs
 
 T0 = 1_700_000_000_000  # job creation instant (anchor)
 SEC = 1000
@@ -244,3 +246,13 @@ def test_capacity_still_held_after_quiesce_is_noted() -> None:
     runs, ledger = clean_history()
     report = check(runs, ledger, worker_loads={"w2": [runs[1].id]})
     assert report.ok and report.leaked_capacity == [f"w2: {runs[1].id}"]
+
+
+def test_a_run_archived_twice_is_one_run(tmp_path: Path) -> None:
+    """Retention archives before it deletes: the same line can land twice."""
+    runs, _ = clean_history()
+    archive = tmp_path / runs[0].job_id / "archive.jsonl"
+    archive.parent.mkdir()
+    line = runs[0].model_dump_json()
+    archive.write_text(f"{line}\n{line}\n{runs[1].model_dump_json()}\n")
+    assert sorted(r.id for r in archived_runs(tmp_path)) == sorted([runs[0].id, runs[1].id])
