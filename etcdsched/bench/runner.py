@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import shutil
+import signal
 import tempfile
 import time
 import traceback
@@ -46,7 +47,12 @@ COMPACTION_RETENTION = 100_000  # revisions
 
 
 def main(options: BenchOptions) -> int:
-    """Run the benchmark; 0 if every scenario completed."""
+    """Run the benchmark; 0 if every scenario completed.
+
+    SIGTERM is turned into KeyboardInterrupt like Ctrl-C, so the scenarios'
+    ``finally`` blocks stop their agents and the etcd member: a benchmark
+    killed by ``timeout`` or ``pkill`` once left a scheduler burning a CPU."""
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     return asyncio.run(run_all(options))
 
 
