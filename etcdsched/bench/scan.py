@@ -20,11 +20,10 @@ from etcdsched.bench.env import cpu_seconds
 from etcdsched.bench.load import make_spec, templated_rows, write_jobs
 from etcdsched.bench.progress import note
 from etcdsched.bench.results import ScenarioResult, Table, Target
-from etcdsched.cache import PrefixCache
 from etcdsched.clock import SystemClock
 from etcdsched.cronwall import ms_to_utc
 from etcdsched.etcd_store import EtcdStore
-from etcdsched.firing import PartitionFirer
+from etcdsched.firing import PartitionFirer, active_runs_cache
 from etcdsched.keys import Keys
 from etcdsched.ownership import Ownership
 from etcdsched.session import Session
@@ -71,7 +70,7 @@ async def _one_pass(
     cpu, etcd_cpu, wall = time.process_time(), cpu_seconds(ctx.etcd_pid), time.monotonic()
     fired = 0
     for pp in range(partitions):
-        active = PrefixCache(store, clock, keys.active_prefix(pp))
+        active = active_runs_cache(store, clock, keys, pp)
         firer = PartitionFirer(
             pp, store, keys, clock, ownership, active, partitions, 0, HORIZON_MS, FIRE_BATCH
         )
