@@ -12,6 +12,7 @@ lost) and *rerun started* (the second attempt's ``started_ms``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any
 
@@ -23,6 +24,7 @@ from etcdsched.bench.progress import note
 from etcdsched.bench.results import ScenarioResult, Table, Target
 from etcdsched.bench.throughput import START_DELAY_MS, interval_rows
 from etcdsched.config import Config
+from etcdsched.errors import StoreUnavailable
 from etcdsched.keys import Keys, partition_of, run_id, run_seq
 from etcdsched.models import OwnerRecord, RunRecord
 
@@ -41,7 +43,12 @@ def now_ms() -> int:
 
 
 async def _owners(ctx: BenchContext, keys: Keys) -> dict[int, str]:
-    page = await ctx.store.range(keys.owners_prefix())
+    """Owner of each partition; {} when etcd did not answer this time (a
+    poll under load): the caller polls again."""
+    try:
+        page = await ctx.store.range(keys.owners_prefix())
+    except StoreUnavailable:
+        return {}
     return {keys.parse_owner(kv.key): kv.decode(OwnerRecord).value.scheduler for kv in page.kvs}
 
 
@@ -52,7 +59,7 @@ async def _wait_owners(
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         held = await _owners(ctx, keys)
-        if all(held.get(pp, not_by) != not_by for pp in parts):
+        if held and all(held.get(pp, not_by) != not_by for pp in parts):
             return now_ms()
         await asyncio.sleep(0.05)
     raise BenchError(f"partitions {sorted(parts)} not taken over within {timeout:g}s")
@@ -127,7 +134,10 @@ async def _wait_balanced(
 
 
 async def _run_of(ctx: BenchContext, keys: Keys, rid: str) -> RunRecord | None:
-    kv = await ctx.store.get(keys.run(rid))
+    try:
+        kv = await ctx.store.get(keys.run(rid))
+    except StoreUnavailable:
+        return None  # polled again
     return kv.decode(RunRecord).value if kv else None
 
 
@@ -147,7 +157,10 @@ async def _poll_run(
 async def _gone(ctx: BenchContext, key: str, timeout: float) -> int:
     """When ``key`` disappeared (polled every 20 ms)."""
     deadline = time.monotonic() + timeout
-    while await ctx.store.get(key) is not None and time.monotonic() < deadline:
+    while time.monotonic() < deadline:
+        with contextlib.suppress(StoreUnavailable):
+            if await ctx.store.get(key) is None:
+                break
         await asyncio.sleep(0.02)
     return now_ms()
 
