@@ -139,18 +139,12 @@ class EtcdCluster:
             m for i, m in enumerate(self.members) if i != index and m.alive and not m.paused
         )
         gateway = f"{peer.client_url}/v3/cluster/member"
+        deadline = time.monotonic() + timeout
         listed = _http_json(f"{gateway}/list", b"{}", timeout=timeout).get("members", [])
         for record in listed:
             if record.get("name") == member.name or member.peer_url in record.get("peerURLs", []):
-                _http_json(f"{gateway}/remove", _json({"ID": record["ID"]}), timeout=timeout)
-        deadline = time.monotonic() + timeout
-        while True:  # refused while the cluster is unhealthy right after the remove
-            added = _http_json(f"{gateway}/add", _json({"peerURLs": [member.peer_url]}), timeout)
-            if "member" in added:
-                break
-            if time.monotonic() >= deadline:
-                raise RuntimeError(f"cannot add {member.name} back: {added}")
-            time.sleep(_POLL_INTERVAL)
+                _until_accepted(f"{gateway}/remove", {"ID": record["ID"]}, deadline)
+        _until_accepted(f"{gateway}/add", {"peerURLs": [member.peer_url]}, deadline)
         shutil.rmtree(member.data_dir, ignore_errors=True)
         member.start(join_existing=True)
         member.wait_ready(timeout)
@@ -188,3 +182,16 @@ class EtcdCluster:
 
 def _json(body: object) -> bytes:
     return json.dumps(body).encode()
+
+
+def _until_accepted(url: str, body: dict[str, object], deadline: float) -> dict[str, object]:
+    """POST until etcd accepts: it refuses membership changes with "unhealthy
+    cluster" until the remaining members have been connected for a while
+    (5 s), e.g. right after another member restarted."""
+    while True:
+        answer = _http_json(url, _json(body), max(0.5, deadline - time.monotonic()))
+        if isinstance(answer, dict) and "error" not in answer:
+            return answer
+        if time.monotonic() >= deadline:
+            raise RuntimeError(f"etcd refused {url}: {answer}")
+        time.sleep(_POLL_INTERVAL)
