@@ -29,7 +29,7 @@ from etcdsched.logstore import LogStore
 from etcdsched.metrics import PARTITIONS_OWNED
 from etcdsched.models import ClusterMeta, OwnerRecord, SchedulerMember
 from etcdsched.ownership import Ownership, desired_owners
-from etcdsched.placer import PartitionPlacer
+from etcdsched.placer import PartitionPlacer, WorkerGate
 from etcdsched.retention import RetentionSweeper
 from etcdsched.runs import cancel_run
 from etcdsched.session import Session, StoreFactory
@@ -96,6 +96,7 @@ class SchedulerService:
         self.owners = PrefixCache(store, clock, keys.owners_prefix(), relist_every=10)
         self._caches: list[asyncio.Task[None]] = []
         self.retention = RetentionSweeper(store, keys, logs)
+        self.worker_gate = WorkerGate()
 
     # -- lifecycle ---------------------------------------------------------------
     async def run(self) -> None:
@@ -224,6 +225,7 @@ class SchedulerService:
             self.workers,
             self.loads,
             cfg.lookahead_ms,
+            self.worker_gate,
         )
         tasks = PartitionTasks(firer, placer, active)
         tasks.tasks = [
