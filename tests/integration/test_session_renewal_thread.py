@@ -11,11 +11,20 @@ import pytest
 
 from etcdsched.clock import SystemClock
 from etcdsched.etcd_store import EtcdOptions, EtcdStore
-from etcdsched.session import Session
+from etcdsched.session import Session, StoreFactory
 from etcdsched.store import Store
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 TTL = 2
+
+
+def connector(etcd_endpoints: list[str]) -> StoreFactory:
+    """The renewal thread's own connection to the test etcd."""
+
+    async def connect() -> Store:
+        return await EtcdStore.connect(EtcdOptions(endpoints=tuple(etcd_endpoints)))
+
+    return connect
 
 
 def busy_loop(seconds: float) -> None:
@@ -26,10 +35,7 @@ def busy_loop(seconds: float) -> None:
 async def test_threaded_renewal_survives_a_busy_main_loop(
     store: EtcdStore, etcd_endpoints: list[str]
 ) -> None:
-    async def connect() -> Store:
-        return await EtcdStore.connect(EtcdOptions(endpoints=tuple(etcd_endpoints)))
-
-    threaded = await Session.open(store, SystemClock(), TTL, renew_store=connect)
+    threaded = await Session.open(store, SystemClock(), TTL, renew_store=connector(etcd_endpoints))
     in_loop = await Session.open(store, SystemClock(), TTL)
     lost_calls: list[str] = []
     threaded.on_lost(lambda: lost_calls.append("threaded"))
@@ -47,10 +53,7 @@ async def test_threaded_renewal_survives_a_busy_main_loop(
 async def test_renewal_thread_stops_with_the_session(
     store: EtcdStore, etcd_endpoints: list[str]
 ) -> None:
-    async def connect() -> Store:
-        return await EtcdStore.connect(EtcdOptions(endpoints=tuple(etcd_endpoints)))
-
-    session = await Session.open(store, SystemClock(), TTL, renew_store=connect)
+    session = await Session.open(store, SystemClock(), TTL, renew_store=connector(etcd_endpoints))
     await session.orphan()  # stop renewing, do not revoke: the lease must now expire
     await asyncio.sleep(TTL + 1.0)
     assert await store.keepalive_once(session.lease_id, 2.0) <= 0
