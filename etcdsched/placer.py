@@ -47,7 +47,7 @@ ASSIGN_TRIES = 5
 
 class WorkerGate:
     """Serialises one scheduler's assignments per worker and remembers the
-    load record each one wrote. Every partition placer of a scheduler wakes
+    newest load record it has seen for each. Every partition placer of a scheduler wakes
     on every load change; without the gate they all raced for the same
     worker's capacity revision, one won and the rest retried, which cut
     placement to a few runs per second with 64 partitions and one worker.
@@ -68,10 +68,11 @@ class WorkerGate:
             return view
         return WorkerView(view.member, known[0], known[1])
 
-    def wrote(self, worker_id: str, load: LoadRecord, revision: int) -> None:
-        known = self._latest.get(worker_id)
-        if known is None or known[1] < revision:
-            self._latest[worker_id] = (load, revision)
+    def remember(self, view: WorkerView) -> None:
+        """A load this scheduler wrote or read back after a failed compare."""
+        known = self._latest.get(view.member.id)
+        if known is None or known[1] < view.load_revision:
+            self._latest[view.member.id] = (view.load, view.load_revision)
 
 
 class PartitionPlacer:
@@ -331,12 +332,12 @@ class PartitionPlacer:
         )
         if not result.succeeded:
             outcome = self._refresh_load(views, worker, result.responses[0])
-            refreshed = views[wid]
-            self.gate.wrote(wid, refreshed.load, refreshed.load_revision)
+            if outcome == "load_changed":
+                self.gate.remember(views[wid])
             return outcome
         self.queue.items.pop(current.value.queue_key or "", None)
         views[wid] = WorkerView(worker.member, load, result.revision)
-        self.gate.wrote(wid, load, result.revision)
+        self.gate.remember(views[wid])
         return "assigned"
 
     @staticmethod
