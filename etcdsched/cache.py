@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
 
 from etcdsched.clock import Clock
 from etcdsched.errors import StoreUnavailable
@@ -38,8 +39,32 @@ async def list_all(
         page = await store.range(page.kvs[-1].key + "\0", end, limit=PAGE, revision=revision)
 
 
-class PrefixCache:
-    """Keeps ``items`` equal to the keys under ``prefix`` (those ``keep`` accepts)."""
+class ChangeSignal:
+    """A version bumped on every change, and a way to wait for the next one.
+
+    A consumer reads :attr:`version` before it looks at what changes and
+    waits with it, so a change made while it was busy is never missed (one
+    shared set-and-clear event lost such wake-ups when several consumers
+    waited on one cache)."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self._changed = asyncio.Event()
+
+    async def wait_changed(self, seen: int) -> None:
+        """Return once :attr:`version` is no longer ``seen``."""
+        while self.version == seen:
+            await self._changed.wait()
+
+    def notify(self) -> None:
+        self.version += 1
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+
+class PrefixCache(ChangeSignal):
+    """Keeps ``items`` equal to the keys under ``prefix`` (those ``keep``
+    accepts); a change signal that fires after every applied batch."""
 
     def __init__(
         self,
@@ -53,6 +78,7 @@ class PrefixCache:
         list_end: Callable[[], str] | None = None,
         group_by: Callable[[str], str] | None = None,
     ) -> None:
+        super().__init__()
         self._store = store
         self._clock = clock
         self.prefix = prefix
@@ -65,7 +91,6 @@ class PrefixCache:
         self._groups: dict[str, dict[str, KV]] = {}
         self.revision = 0
         self.ready = asyncio.Event()
-        self._changed = asyncio.Event()
         self.relists = 0
 
     def group(self, name: str) -> dict[str, KV]:
@@ -98,13 +123,6 @@ class PrefixCache:
         else:
             self._groups.setdefault(name, {})[key] = event.kv
 
-    async def wait_changed(self) -> None:
-        await self._changed.wait()
-        self._changed.clear()
-
-    def _notify(self) -> None:
-        self._changed.set()
-
     async def relist(self) -> None:
         """List again. ``list_end`` bounds the listing (the due index lists
         only up to its horizon, so memory and reads follow the horizon, not
@@ -128,7 +146,7 @@ class PrefixCache:
             for key, kv in previous.items():
                 if key not in items:
                     self._on_event(Event("delete", kv))
-        self._notify()
+        self.notify()
 
     def apply(self, event: Event) -> None:
         key = event.kv.key
@@ -162,4 +180,27 @@ class PrefixCache:
         async for batch in self._store.watch(self.prefix, self.revision + 1):
             for event in batch.events:
                 self.apply(event)
-            self._notify()
+            self.notify()
+
+
+Seen = Sequence[tuple[ChangeSignal, int]]
+"""Signals (caches) with the version a consumer last looked at."""
+
+
+def versions(*caches: ChangeSignal) -> list[tuple[ChangeSignal, int]]:
+    return [(cache, cache.version) for cache in caches]
+
+
+async def wait_any_change(seen: Seen, timeout: float, *also: Coroutine[Any, Any, object]) -> None:
+    """Return when any cache moved past its seen version, any of ``also``
+    completes, or ``timeout`` seconds pass."""
+    tasks: list[asyncio.Future[object]] = [
+        asyncio.ensure_future(c.wait_changed(v)) for c, v in seen
+    ]
+    tasks += [asyncio.ensure_future(a) for a in also]
+    try:
+        await asyncio.wait(tasks, timeout=timeout, return_when="FIRST_COMPLETED")
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -20,6 +20,7 @@ of ``timedelta``); anything finer is rejected rather than silently rounded.
 
 from __future__ import annotations
 
+import functools
 import re
 from datetime import timedelta
 from decimal import Decimal, InvalidOperation
@@ -68,6 +69,7 @@ def parse_duration(value: str | int | float | timedelta) -> timedelta:
     return _from_micros(_seconds_decimal(value) * _US_PER["s"], repr(value))
 
 
+@functools.lru_cache(maxsize=1024)
 def format_duration(td: timedelta) -> str:
     """Write ``td`` in the compact form, largest unit first: ``"1d2h"``, ``"1s500ms"``.
 
@@ -87,6 +89,7 @@ def format_duration(td: timedelta) -> str:
     return "".join(parts)
 
 
+@functools.lru_cache(maxsize=1024)
 def _parse_text(value: str) -> timedelta:
     text = value.strip()
     if not text:

@@ -396,14 +396,14 @@ class PartitionFirer:
         try:
             await self.due.ready.wait()
             while True:
-                now = self.clock.now_ms()
+                now, seen = self.clock.now_ms(), self.due.version
                 await self.fire_due(now)
-                await self._wait_next(now)
+                await self._wait_next(now, seen)
         finally:
             cache_task.cancel()
             await asyncio.gather(cache_task, return_exceptions=True)
 
-    async def _wait_next(self, now_ms: int) -> None:
+    async def _wait_next(self, now_ms: int, seen: int) -> None:
         """Sleep until the earliest entry is ready or the due index changes.
 
         Not ``asyncio.wait_for``: on Python 3.11 it swallows a cancellation
@@ -417,4 +417,4 @@ class PartitionFirer:
             return
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(min(wait_ms, 1000) / 1000):
-                await self.due.wait_changed()
+                await self.due.wait_changed(seen)

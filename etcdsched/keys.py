@@ -11,8 +11,8 @@ Layout (under a configurable prefix, default ``/etcdsched/``)::
     queue/<pp>/<rank:3>/<not_before_ms:14>/<run>  runs waiting for placement
     owners/<pp>                               partition owner (leased)
     members/schedulers/<id>, members/workers/<id>   live members (leased)
-    assign/<worker>/<run>                     a run placed on a worker
-    load/<worker>                             capacity revision of a worker
+    assign/<worker>/<run>                     a run placed on a worker (its
+                                              resources: the worker's used capacity)
     claims/<pp>/<run>                         a worker's claim on a run (leased)
     skips/<job>/<first_slot_ms:14>            explained skipped slot ranges
     tokens/<sha256>, tenants/<tenant>, idem/<tenant>/<sha256>   API state
@@ -211,7 +211,7 @@ class Keys:
     def parse_member(self, role: str, key: str) -> str:
         return self._strip(key, self.members_prefix(role))
 
-    # -- assignments, load, claims --------------------------------------
+    # -- assignments, claims --------------------------------------
     def assign_prefix(self, worker_id: str | None = None) -> str:
         base = f"{self.prefix}assign/"
         return f"{base}{worker_id}/" if worker_id is not None else base
@@ -223,9 +223,6 @@ class Keys:
         worker_id, rid = self._split(self._strip(key, self.assign_prefix()), 2)
         parse_run_id(rid)
         return worker_id, rid
-
-    def load(self, worker_id: str) -> str:
-        return f"{self.prefix}load/{worker_id}"
 
     def claims_prefix(self, partition: int | None = None) -> str:
         base = f"{self.prefix}claims/"

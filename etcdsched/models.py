@@ -252,11 +252,3 @@ class Claim(Record):
     worker: str
     attempt: int
     lease: int
-
-
-class LoadRecord(Record):
-    """What is placed on a worker. Every placement rewrites it, so its
-    mod_revision is the worker's *capacity revision*: an assignment compares
-    it, and two schedulers can never both fill the last free slot."""
-
-    runs: dict[str, Resources] = Field(default_factory=dict)

@@ -9,22 +9,45 @@ retry should move), then the one with the most free slots.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
-from etcdsched.models import LoadRecord, WorkerMember
+from etcdsched.models import WorkerMember
 from etcdsched.spec import Resources
 
 
 @dataclass(frozen=True)
 class WorkerView:
+    """A worker and what is placed on it: the resources of each of its
+    assignments (``assign/<worker>/``) as of store revision ``revision``."""
+
     member: WorkerMember
-    load: LoadRecord
-    load_revision: int
+    runs: dict[str, Resources]
+    revision: int
+
+    def with_run(self, run_id: str, need: Resources) -> WorkerView:
+        """This view with one more run on the worker (same revision)."""
+        view = WorkerView(self.member, {**self.runs, run_id: need}, self.revision)
+        free = self.free()
+        left = Resources(
+            slots=max(0, free.slots - need.slots),
+            cpu=max(0.0, free.cpu - need.cpu),
+            memory_mb=max(0, free.memory_mb - need.memory_mb),
+            gpu=max(0, free.gpu - need.gpu),
+        )
+        object.__setattr__(view, "_free", left)  # seed the cache: no re-summing
+        return view
 
     def free(self) -> Resources:
-        used_slots = sum(r.slots for r in self.load.runs.values())
-        used_cpu = sum(r.cpu for r in self.load.runs.values())
-        used_mem = sum(r.memory_mb for r in self.load.runs.values())
-        used_gpu = sum(r.gpu for r in self.load.runs.values())
+        """Cached: placement asks every view for it once per candidate run."""
+        return self._free
+
+    @cached_property
+    def _free(self) -> Resources:
+        used = self.runs.values()
+        used_slots = sum(r.slots for r in used)
+        used_cpu = sum(r.cpu for r in used)
+        used_mem = sum(r.memory_mb for r in used)
+        used_gpu = sum(r.gpu for r in used)
         cap = self.member.capacity
         return Resources(
             slots=max(0, cap.slots - used_slots),

@@ -19,7 +19,8 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from etcdsched.cache import PrefixCache
+from etcdsched.assigner import Assigner, CapacityIndex
+from etcdsched.cache import PrefixCache, versions, wait_any_change
 from etcdsched.clock import Clock
 from etcdsched.config import Config
 from etcdsched.errors import EtcdschedError, OwnershipLost, StoreUnavailable
@@ -29,7 +30,9 @@ from etcdsched.logstore import LogStore
 from etcdsched.metrics import PARTITIONS_OWNED
 from etcdsched.models import ClusterMeta, OwnerRecord, SchedulerMember
 from etcdsched.ownership import Ownership, desired_owners
-from etcdsched.placer import PartitionPlacer, WorkerGate
+from etcdsched.placement_loop import PlacementLoop
+from etcdsched.placer import PartitionPlacer
+from etcdsched.recovery import PartitionRecovery
 from etcdsched.retention import RetentionSweeper
 from etcdsched.runs import cancel_run
 from etcdsched.session import Session, StoreFactory
@@ -61,6 +64,7 @@ async def ensure_cluster(store: Store, keys: Keys, partitions: int, now_ms: int)
 class PartitionTasks:
     firer: PartitionFirer
     placer: PartitionPlacer
+    recovery: PartitionRecovery
     active: PrefixCache
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -89,14 +93,28 @@ class SchedulerService:
         self.ownership = Ownership(store, keys, self.member_id)
         self.session: Session | None = None
         self.workers = PrefixCache(store, clock, keys.members_prefix("workers"), relist_every=15)
-        self.loads = PrefixCache(store, clock, f"{keys.prefix}load/", relist_every=15)
+        self.capacity = CapacityIndex(keys)
+        self.assignments = PrefixCache(
+            store, clock, keys.assign_prefix(), relist_every=15, on_event=self.capacity.on_event
+        )
         self.schedulers = PrefixCache(
             store, clock, keys.members_prefix("schedulers"), relist_every=10
         )
         self.owners = PrefixCache(store, clock, keys.owners_prefix(), relist_every=10)
         self._caches: list[asyncio.Task[None]] = []
         self.retention = RetentionSweeper(store, keys, logs)
-        self.worker_gate = WorkerGate()
+        self.assigner = Assigner(store, keys)
+        self.placement = PlacementLoop(
+            store,
+            keys,
+            clock,
+            lambda: [t.placer for t in self.owned.values()],
+            self.workers,
+            self.assignments,
+            self.capacity,
+            self.assigner,
+            config.lookahead_ms,
+        )
 
     # -- lifecycle ---------------------------------------------------------------
     async def run(self) -> None:
@@ -110,6 +128,7 @@ class SchedulerService:
                 await self._incarnation()
         finally:
             await self._stop_all()
+            await self.assigner.forget(set())
             for task in self._caches:
                 task.cancel()
             await asyncio.gather(*self._caches, return_exceptions=True)
@@ -117,8 +136,9 @@ class SchedulerService:
                 await self.session.close()
 
     def _start_caches(self) -> None:
-        for cache in (self.workers, self.loads, self.schedulers, self.owners):
+        for cache in (self.workers, self.assignments, self.schedulers, self.owners):
             self._caches.append(asyncio.create_task(cache.run(), name=f"cache {cache.prefix}"))
+        self._caches.append(asyncio.create_task(self.placement.run(), name="placement"))
 
     async def _incarnation(self) -> None:
         """One session: register, then balance partitions until it is lost."""
@@ -130,8 +150,9 @@ class SchedulerService:
             await self._register(self.session)
             await self.schedulers.ready.wait()
             while not self.session.lost:
+                seen = versions(self.schedulers, self.owners)
                 await self.rebalance()
-                await self._wait_membership_change()
+                await wait_any_change(seen, 1.0, self.session.wait_lost())
         except EtcdschedError as exc:
             log.warning("scheduler %s: %s; starting a new session", self.member_id, exc)
             await self.clock.sleep(0.5)
@@ -150,20 +171,6 @@ class SchedulerService:
         )
         key = self.keys.member("schedulers", self.member_id)
         await self.store.txn([], [Ops.put(key, member, lease=session.lease_id)])
-
-    async def _wait_membership_change(self) -> None:
-        waits = [
-            asyncio.create_task(self.schedulers.wait_changed()),
-            asyncio.create_task(self.owners.wait_changed()),
-        ]
-        lost = asyncio.create_task(self.session.wait_lost()) if self.session else None
-        try:
-            await asyncio.wait(
-                [*waits, *([lost] if lost else [])], timeout=1.0, return_when="FIRST_COMPLETED"
-            )
-        finally:
-            for task in [*waits, *([lost] if lost else [])]:
-                task.cancel()
 
     # -- partitions ------------------------------------------------------------
     def live_schedulers(self) -> list[str]:
@@ -222,17 +229,19 @@ class SchedulerService:
             self.clock,
             self.ownership,
             active,
-            self.workers,
-            self.loads,
-            cfg.lookahead_ms,
-            self.worker_gate,
+            self.assigner,
+            self.placement.queues_changed.notify,
         )
-        tasks = PartitionTasks(firer, placer, active)
+        recovery = PartitionRecovery(
+            partition, self.store, self.keys, self.ownership, active, self.workers
+        )
+        tasks = PartitionTasks(firer, placer, recovery, active)
         tasks.tasks = [
             asyncio.create_task(active.run(), name=f"active-{partition}"),
+            asyncio.create_task(placer.queue.run(), name=f"queue-{partition}"),
             asyncio.create_task(self._guarded(firer.run(), partition), name=f"fire-{partition}"),
             asyncio.create_task(
-                self._guarded(self._place_loop(tasks), partition), name=f"place-{partition}"
+                self._guarded(self._tend_loop(tasks), partition), name=f"tend-{partition}"
             ),
         ]
         self.owned[partition] = tasks
@@ -247,55 +256,34 @@ class SchedulerService:
         except EtcdschedError as exc:
             log.warning("partition %d: %s", partition, exc)
 
-    async def _place_loop(self, tasks: PartitionTasks) -> None:
-        placer = tasks.placer
-        queue_task = asyncio.create_task(placer.queue.run(), name=f"queue-{placer.partition}")
-        try:
-            await placer.queue.ready.wait()
-            await tasks.active.ready.wait()
-            await self.workers.ready.wait()
-            next_reconcile = 0.0
-            seen_workers: set[str] = set()
-            while True:
-                now = self.clock.now_ms()
-                await placer.place_once(now)
-                await self._cancel_previous(tasks.firer, now)
-                # a worker that left may have held runs: recover them now, not up
-                # to reconcile_every later (its claims went with its lease)
-                workers = set(self.workers.items)
-                left, seen_workers = bool(seen_workers - workers), workers
-                if left or self.clock.monotonic() >= next_reconcile:
-                    await placer.reconcile_once(now)
-                    await self.retention.sweep(now)
-                    next_reconcile = self.clock.monotonic() + self.config.reconcile_every
-                await self._wait_placement_change(placer, now)
-        finally:
-            queue_task.cancel()
-            await asyncio.gather(queue_task, return_exceptions=True)
+    async def _tend_loop(self, tasks: PartitionTasks) -> None:
+        """Everything a partition needs besides firing and placement: cancel
+        what a ``cancel_previous`` firing superseded, recover the runs of
+        vanished or hung workers, sweep old runs."""
+        await tasks.active.ready.wait()
+        await self.workers.ready.wait()
+        next_reconcile = 0.0
+        seen_workers: set[str] = set()
+        while True:
+            now = self.clock.now_ms()
+            seen = versions(tasks.placer.queue, self.workers)
+            await self._cancel_previous(tasks.firer, now)
+            # a worker that left may have held runs: recover them now, not up
+            # to reconcile_every later (its claims went with its lease)
+            workers = set(self.workers.items)
+            left, seen_workers = bool(seen_workers - workers), workers
+            if left or self.clock.monotonic() >= next_reconcile:
+                await tasks.recovery.reconcile_once(now)
+                await self.retention.sweep(now)
+                next_reconcile = self.clock.monotonic() + self.config.reconcile_every
+            wait_s = max(0.0, next_reconcile - self.clock.monotonic())
+            await wait_any_change(seen, min(1.0, wait_s))
 
     async def _cancel_previous(self, firer: PartitionFirer, now_ms: int) -> None:
         while firer.cancel_requests:
             rid = firer.cancel_requests.pop()
             with contextlib.suppress(EtcdschedError):
                 await cancel_run(self.store, self.keys, rid, now_ms, "cancelled by a newer run")
-
-    async def _wait_placement_change(self, placer: PartitionPlacer, now_ms: int) -> None:
-        earliest = placer.earliest_queued_ms()
-        timeout = 1.0
-        if earliest is not None:
-            timeout = max(0.0, min(timeout, (earliest - self.config.lookahead_ms - now_ms) / 1000))
-        if timeout <= 0:
-            timeout = 0.2  # runs ready but unplaceable: look again soon
-        waits = [
-            asyncio.create_task(placer.queue.wait_changed()),
-            asyncio.create_task(self.workers.wait_changed()),
-            asyncio.create_task(self.loads.wait_changed()),
-        ]
-        try:
-            await asyncio.wait(waits, timeout=timeout, return_when="FIRST_COMPLETED")
-        finally:
-            for task in waits:
-                task.cancel()
 
     async def _stop_partition(self, partition: int) -> None:
         tasks = self.owned.pop(partition, None)

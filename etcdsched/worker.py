@@ -17,7 +17,6 @@ the next incarnation registers under a new member id.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import socket
@@ -25,6 +24,7 @@ from dataclasses import dataclass, field
 
 from etcdsched.cache import PrefixCache
 from etcdsched.clock import Clock
+from etcdsched.coalesce import CoalescingStore
 from etcdsched.config import Config
 from etcdsched.errors import EtcdschedError
 from etcdsched.executor import Executor, Process
@@ -33,13 +33,12 @@ from etcdsched.logstore import LogStore
 from etcdsched.metrics import START_LAG
 from etcdsched.models import (
     Assignment,
-    LoadRecord,
     WorkerMember,
 )
 from etcdsched.runs import RunOps
 from etcdsched.session import Session
 from etcdsched.spec import Resources
-from etcdsched.store import Cmp, Event, Ops, Store
+from etcdsched.store import Event, Ops, Store
 from etcdsched.watchdog import Watchdog
 from etcdsched.worker_attempt import AttemptRunner
 
@@ -74,7 +73,8 @@ class WorkerService:
         watchdog: Watchdog | None = None,
     ) -> None:
         self.config = config
-        self.store = store
+        self.store: Store = CoalescingStore(store)
+        """Attempts' reads and writes travel together (``etcdsched.coalesce``)."""
         self.keys = keys
         self.clock = clock
         self.executor = executor
@@ -88,8 +88,6 @@ class WorkerService:
         self.runs = RunOps(keys)
         self.draining = False
         self.finished = 0
-        self._releases: set[str] = set()
-        self._release_lock = asyncio.Lock()
 
     # -- lifecycle -------------------------------------------------------------
     async def run(self) -> None:
@@ -209,36 +207,6 @@ class WorkerService:
             if self.running.get(assignment.run_id) is item:
                 del self.running[assignment.run_id]
             self.finished += 1
-            with contextlib.suppress(EtcdschedError):
-                await self.release_capacity(assignment.run_id)
-
-    async def release_capacity(self, rid: str) -> None:
-        """Remove the run from this worker's load record. Releases that come
-        together are folded into one compare-and-swap: runs finishing at once
-        would otherwise race each other for the same key, exhaust their
-        retries and leak capacity for good."""
-        self._releases.add(rid)
-        async with self._release_lock:
-            if rid not in self._releases:
-                return  # released with an earlier batch
-            batch = set(self._releases)
-            await self._release(batch)
-            self._releases -= batch
-
-    async def _release(self, batch: set[str]) -> None:
-        """CAS loop on the load key's mod_revision, racing schedulers that add to it."""
-        key = self.keys.load(self.member_id)
-        for _ in range(50):
-            kv = await self.store.get(key)
-            if kv is None:
-                return
-            load = kv.decode(LoadRecord).value
-            if not batch & load.runs.keys():
-                return
-            remaining = LoadRecord(runs={k: v for k, v in load.runs.items() if k not in batch})
-            put = [Ops.put(key, remaining)]
-            if (await self.store.txn([Cmp.mod(key, kv.mod_revision)], put)).succeeded:
-                return
 
     def observe_start(self, lag_ms: int) -> None:
         START_LAG.observe(max(0, lag_ms) / 1000)

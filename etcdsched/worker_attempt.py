@@ -18,12 +18,12 @@ import logging
 from typing import TYPE_CHECKING
 
 from etcdsched.codec import encode
-from etcdsched.errors import EtcdschedError, OutcomeUnknown
+from etcdsched.errors import EtcdschedError, StoreUnavailable
 from etcdsched.executor import ExitStatus, Process
 from etcdsched.models import ActivePointer, Claim, RunRecord, finish_attempt, start_attempt
 from etcdsched.session import Session
 from etcdsched.statemachine import RunState, transition
-from etcdsched.store import Cmp, Compare, Op, Ops, Versioned
+from etcdsched.store import Cmp, Compare, Op, Ops, TxnResult, Versioned
 
 if TYPE_CHECKING:
     from etcdsched.worker import Running, WorkerService
@@ -87,8 +87,21 @@ class AttemptRunner:
             for task in waits:
                 task.cancel()
 
+    async def _read_run(self) -> Versioned[RunRecord]:
+        """Read the run, retrying while etcd is unavailable and our session
+        holds: giving up would strand an assigned or running run on a live
+        worker, where recovery never looks."""
+        delay = 0.1
+        while True:
+            self.session.check()
+            try:
+                return await self.w.runs.load(self.w.store, self.rid)
+            except StoreUnavailable:
+                await self.w.clock.sleep(delay)
+                delay = min(2.0, delay * 2)
+
     async def _assigned_run(self) -> Versioned[RunRecord] | None:
-        current = await self.w.runs.load(self.w.store, self.rid)
+        current = await self._read_run()
         run = current.value
         if (
             run.state is not RunState.ASSIGNED
@@ -125,13 +138,23 @@ class AttemptRunner:
                 [Cmp.mod(current.key, current.mod_revision), Cmp.absent(self.claim_key)], ops
             )
             ok = result.succeeded
-        except OutcomeUnknown:
-            kv = await self.w.store.get(self.claim_key)
-            ok = kv is not None and kv.value == self.claim_bytes
+        except StoreUnavailable:  # outcome unknown: did our claim land?
+            ok = await self._claim_landed()
         if not ok:
             return None
         self.w.observe_start(now - self.assignment.not_before_ms)
         return started
+
+    async def _claim_landed(self) -> bool:
+        delay = 0.1
+        while True:
+            self.session.check()
+            try:
+                kv = await self.w.store.get(self.claim_key)
+                return kv is not None and kv.value == self.claim_bytes
+            except StoreUnavailable:
+                await self.w.clock.sleep(delay)
+                delay = min(2.0, delay * 2)
 
     async def _supervise(self, run: RunRecord) -> tuple[str | None, int | None, str]:
         """Start the process and wait for whichever comes first: exit,
@@ -177,28 +200,19 @@ class AttemptRunner:
 
     async def _report(self, outcome: str, exit_code: int | None, reason: str) -> None:
         """Write the outcome while our claim stands; retry if only the run
-        changed (e.g. a cancel flag), give up if the claim is gone."""
-        for _ in range(10):
-            current = await self.w.runs.load(self.w.store, self.rid)
+        changed (e.g. a cancel flag) or etcd is unavailable (as long as our
+        session holds: when it is lost, so is the claim), give up if the
+        claim is gone."""
+        conflicts = 0
+        while conflicts < 10:
+            current = await self._read_run()
             run = current.value
             if run.state is not RunState.RUNNING or run.attempt != self.assignment.attempt:
                 return
-            next_slot = await self.w.runs.next_slot(self.w.store, run)
-            now = self.w.clock.now_ms()
-            ended = finish_attempt(
-                run, outcome, now, exit_code=exit_code, reason=reason, next_slot_ms=next_slot
-            )
-            ops = [
-                Ops.delete(self.claim_key),
-                *self.w.runs.finish_ops(ended, self.w.member_id, run.partition),
-            ]
-            compares = [
-                Cmp.value(self.claim_key, self.claim_bytes),
-                Cmp.mod(current.key, current.mod_revision),
-            ]
             try:
-                result = await self.w.store.txn(compares, ops, [Ops.get(self.claim_key)])
-            except OutcomeUnknown:
+                result = await self._write_report(current, outcome, exit_code, reason)
+            except StoreUnavailable:
+                await self.w.clock.sleep(0.2)
                 continue  # re-read: either it applied (run no longer running) or we retry
             if result.succeeded:
                 return
@@ -206,6 +220,28 @@ class AttemptRunner:
             if not claim_now or claim_now[0].value != self.claim_bytes:
                 log.warning("run %s: report refused, the claim is gone", self.rid)
                 return
+            conflicts += 1
+
+    async def _write_report(
+        self, current: Versioned[RunRecord], outcome: str, exit_code: int | None, reason: str
+    ) -> TxnResult:
+        """Compares: our claim, byte for byte; the run unchanged. Deleting
+        the assignment in the same transaction frees the worker's capacity."""
+        run = current.value
+        next_slot = await self.w.runs.next_slot(self.w.store, run)
+        now = self.w.clock.now_ms()
+        ended = finish_attempt(
+            run, outcome, now, exit_code=exit_code, reason=reason, next_slot_ms=next_slot
+        )
+        ops = [
+            Ops.delete(self.claim_key),
+            *self.w.runs.finish_ops(ended, self.w.member_id, run.partition),
+        ]
+        compares = [
+            Cmp.value(self.claim_key, self.claim_bytes),
+            Cmp.mod(current.key, current.mod_revision),
+        ]
+        return await self.w.store.txn(compares, ops, [Ops.get(self.claim_key)])
 
     async def _report_unstarted(self, current: Versioned[RunRecord]) -> bool:
         """Cancelled before it started: the attempt and the run end

@@ -112,8 +112,8 @@ class History:
     """Everything the checker reads. ``until_ms`` maps a job to the end of
     its accounted window (its next pending slot); jobs without an entry are
     accounted up to ``quiesce_ms``. ``alive_pids``: job processes found still
-    running after quiesce. ``worker_loads``: the run ids each live worker's
-    load record (its used capacity) still lists after quiesce."""
+    running after quiesce. ``worker_loads``: the run ids each live worker still
+    has an assignment for (its used capacity) after quiesce."""
 
     jobs: list[JobRecord]
     runs: list[RunRecord]

@@ -22,7 +22,6 @@ from etcdsched.keys import Keys
 from etcdsched.models import (
     DueEntry,
     JobRecord,
-    LoadRecord,
     RunRecord,
     SkipRecord,
     WorkerMember,
@@ -140,13 +139,13 @@ async def collect_history(
 
 
 async def live_worker_loads(store: Store, keys: Keys) -> dict[str, list[str]]:
-    """Run ids in the load record (used capacity) of every live worker."""
+    """Run ids assigned to (the used capacity of) every live worker."""
     members = await read_all(store, keys.members_prefix("workers"))
     loads: dict[str, list[str]] = {}
     for kv in members:
         worker = kv.decode(WorkerMember).value.id
-        load = await store.get(keys.load(worker))
-        runs = sorted(load.decode(LoadRecord).value.runs) if load is not None else []
+        assigned = await read_all(store, keys.assign_prefix(worker))
+        runs = sorted(keys.parse_assign(a.key)[1] for a in assigned)
         if runs:
             loads[worker] = runs
     return loads

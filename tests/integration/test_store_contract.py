@@ -1,18 +1,32 @@
-"""The store contract, against a real etcd."""
+"""The store contract, against a real etcd: directly and through the
+coalescing wrapper the worker uses (it must be indistinguishable)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
 
 import pytest
+import pytest_asyncio
 
-from etcdsched.etcd_store import EtcdStore
+from etcdsched.coalesce import CoalescingStore
+from etcdsched.etcd_store import EtcdOptions, EtcdStore
 from etcdsched.store import Cmp, Ops, Store
 from tests.support.eventually import assert_eventually
 
 
-async def test_talks_to_a_real_etcd_server(store: EtcdStore) -> None:
+@pytest_asyncio.fixture(loop_scope="session", params=["direct", "coalescing"])
+async def store(request: pytest.FixtureRequest, etcd_endpoints: list[str]) -> AsyncIterator[Store]:
+    direct = await EtcdStore.connect(EtcdOptions(endpoints=tuple(etcd_endpoints)))
+    s: Store = direct if request.param == "direct" else CoalescingStore(direct)
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+async def test_talks_to_a_real_etcd_server(store: Store) -> None:
     version = await store.server_version()
     assert version.startswith("3.5")
 
@@ -113,7 +127,7 @@ async def test_watch_delivers_every_event_in_order(store: Store, key_prefix: str
     assert seen[-1][0] == "delete"
 
 
-async def test_compacted_watch_relists_and_resumes(store: EtcdStore, key_prefix: str) -> None:
+async def test_compacted_watch_relists_and_resumes(store: Store, key_prefix: str) -> None:
     from etcdsched.cache import PrefixCache
     from etcdsched.clock import SystemClock
     from etcdsched.store import Compacted
@@ -126,7 +140,9 @@ async def test_compacted_watch_relists_and_resumes(store: EtcdStore, key_prefix:
     await store.txn([], [Ops.put(prefix + "b", b"2")])
     await store.txn([], [Ops.delete(prefix + "a")])
     latest = (await store.txn([], [Ops.put(prefix + "c", b"3")])).revision
-    await store.compact(latest)
+    etcd = store.inner if isinstance(store, CoalescingStore) else store
+    assert isinstance(etcd, EtcdStore)
+    await etcd.compact(latest)
     with pytest.raises(Compacted):
         async for _ in store.watch(prefix, listed_at + 1):
             pass

@@ -1,0 +1,326 @@
+"""Group commit of assignments: one committer per worker, per scheduler.
+
+Every partition placer of a scheduler hands the runs it chose for a worker
+to that worker's :class:`WorkerBatcher`. The batcher writes up to
+``BATCH`` of them in one transaction whose compares are:
+
+* per partition in the batch, *we still own it* (owner key
+  ``create_revision`` is our token);
+* per run, *it is unchanged since the placer read it* (``mod_revision``);
+* *no assignment of the worker was written since the revision we computed
+  free capacity at* (every key under ``assign/<worker>/`` has
+  ``mod_revision`` below it: another scheduler's assignment fails it, a
+  finished run's deleted assignment only frees capacity and does not);
+* *the worker is alive* (its member key exists).
+
+So two schedulers can never overfill one worker and a run is never placed
+twice; a burst of runs for one worker costs one round trip per batch, and a
+worker frees capacity by deleting the assignment in the same transaction
+that reports the run, with no shared counter for it and the schedulers to
+fight over. When the batch fails, the failure branch reads back what the
+compares looked at, and only the requests that can still succeed are tried
+again (ADR 0006).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+
+from etcdsched.errors import OutcomeUnknown, StoreUnavailable
+from etcdsched.keys import Keys
+from etcdsched.models import ActivePointer, Assignment, RunRecord, assign_attempt
+from etcdsched.placement import WorkerView, fits
+from etcdsched.spec import Resources
+from etcdsched.statemachine import RunState, transition
+from etcdsched.store import (
+    KV,
+    Cmp,
+    Compare,
+    Event,
+    Op,
+    Ops,
+    Store,
+    TxnResult,
+    Versioned,
+    prefix_end,
+)
+
+log = logging.getLogger(__name__)
+BATCH = 30
+"""Runs per transaction: 4 ops each stays under etcd's default
+``--max-txn-ops`` of 128."""
+TRIES = 5
+
+ASSIGNED = "assigned"
+"""The run is on the worker (run, assignment and active pointer written)."""
+FULL = "full"
+"""The worker had no room for the run when its batch was written."""
+CONFLICT = "conflict"
+"""The run or the partition's ownership changed; the placer re-reads."""
+GONE = "gone"
+"""The worker's member key is gone (it left or its lease expired)."""
+UNKNOWN = "unknown"
+"""The transaction's outcome is unknown; the placer re-reads the run."""
+
+
+def _future() -> asyncio.Future[str]:
+    return asyncio.get_running_loop().create_future()
+
+
+@dataclass
+class AssignRequest:
+    partition: int
+    guard: Compare
+    current: Versioned[RunRecord]
+    now_ms: int
+    done: asyncio.Future[str] = field(default_factory=_future)
+
+    def resolve(self, outcome: str) -> None:
+        if not self.done.done():
+            self.done.set_result(outcome)
+
+
+class WorkerBatcher:
+    """The committer of one worker's assignments, and the newest view of
+    what is on that worker this scheduler knows."""
+
+    def __init__(self, store: Store, keys: Keys, view: WorkerView) -> None:
+        self.store = store
+        self.keys = keys
+        self.view = view
+        self.pending: list[AssignRequest] = []
+        self._committer: asyncio.Task[None] | None = None
+
+    def observe(self, view: WorkerView) -> None:
+        """A view from the caches: newer assignments, or a changed member record."""
+        runs, revision = self.view.runs, self.view.revision
+        if view.revision > revision:
+            runs, revision = view.runs, view.revision
+        self.view = WorkerView(view.member, runs, revision)
+
+    async def assign(self, request: AssignRequest) -> str:
+        self.pending.append(request)
+        if self._committer is None or self._committer.done():
+            self._committer = asyncio.create_task(self._drain(), name=f"assign {self.worker}")
+        return await request.done
+
+    @property
+    def worker(self) -> str:
+        return self.view.member.id
+
+    async def close(self) -> None:
+        if self._committer is not None:
+            self._committer.cancel()
+            await asyncio.gather(self._committer, return_exceptions=True)
+        for request in self.pending:
+            request.done.cancel()
+
+    # -- committing ----------------------------------------------------------
+    async def _drain(self) -> None:
+        while self.pending:
+            batch = self._take()
+            try:
+                await self._commit(batch)
+            except BaseException as exc:
+                for request in batch:
+                    if not request.done.done():
+                        request.done.set_exception(exc)
+                if not isinstance(exc, Exception):
+                    raise
+
+    def _take(self) -> list[AssignRequest]:
+        """Up to ``BATCH`` requests still awaited, one per run."""
+        batch: list[AssignRequest] = []
+        seen: set[str] = set()
+        rest: list[AssignRequest] = []
+        for request in self.pending:
+            if request.done.done():
+                continue
+            key = request.current.key
+            if len(batch) < BATCH and key not in seen:
+                batch.append(request)
+                seen.add(key)
+            else:
+                rest.append(request)
+        self.pending = rest
+        return batch
+
+    async def _commit(self, batch: list[AssignRequest]) -> None:
+        for _ in range(TRIES):
+            if self.view.revision < 0 and not await self._read_assignments():
+                self._resolve_all(batch, UNKNOWN)
+                return
+            batch = self._fitting(batch)
+            if not batch:
+                return
+            try:
+                result = await self._write(batch)
+            except (OutcomeUnknown, StoreUnavailable):
+                self._resolve_all(batch, UNKNOWN)
+                self.view = WorkerView(self.view.member, self.view.runs, -1)
+                return
+            if result.succeeded:
+                self.view = WorkerView(self.view.member, self._with_batch(batch), result.revision)
+                self._resolve_all(batch, ASSIGNED)
+                return
+            batch = self._after_failure(batch, result)
+        self._resolve_all(batch, CONFLICT)
+
+    def _fitting(self, batch: list[AssignRequest]) -> list[AssignRequest]:
+        """The requests that fit the worker, in order; the rest are ``full``."""
+        view, kept = self.view, []
+        for request in batch:
+            run = request.current.value
+            need = run.spec.resources
+            if not view.member.draining and fits(need, view.free(), view.member.capacity):
+                kept.append(request)
+                view = view.with_run(run.id, need)
+            else:
+                request.resolve(FULL)
+        return kept
+
+    async def _read_assignments(self) -> bool:
+        """After an unknown outcome: what is on the worker now."""
+        try:
+            page = await self.store.range(self.keys.assign_prefix(self.worker))
+        except StoreUnavailable:
+            return False
+        self.view = _with_assignments(self.view, page.kvs, page.revision)
+        return True
+
+    def _with_batch(self, batch: list[AssignRequest]) -> dict[str, Resources]:
+        added = {r.current.value.id: r.current.value.spec.resources for r in batch}
+        return {**self.view.runs, **added}
+
+    async def _write(self, batch: list[AssignRequest]) -> TxnResult:
+        wid = self.worker
+        assigned = self.keys.assign_prefix(wid)
+        member_key = self.keys.member("workers", wid)
+        guards = {r.partition: r.guard for r in batch}  # dict: partition order kept
+        compares = [
+            *guards.values(),
+            *(Cmp.mod(r.current.key, r.current.mod_revision) for r in batch),
+            Compare(assigned, "mod", "<", self.view.revision + 1, prefix_end(assigned)),
+            Cmp.exists(member_key),
+        ]
+        ops = [op for r in batch for op in self._assign_ops(r)]
+        reads = [
+            Ops.get_prefix(assigned),
+            Ops.get(member_key),
+            *(Ops.get(g.key) for g in guards.values()),
+            *(Ops.get(r.current.key) for r in batch),
+        ]
+        return await self.store.txn(compares, ops, reads)
+
+    def _assign_ops(self, request: AssignRequest) -> list[Op]:
+        current, wid = request.current, self.worker
+        run = current.value
+        if run.state is RunState.RETRY_WAIT:
+            run = transition(run, RunState.PENDING, request.now_ms)
+        assigned = assign_attempt(run, wid, request.now_ms).model_copy(update={"queue_key": None})
+        assignment = Assignment(
+            run_id=run.id,
+            attempt=assigned.attempt,
+            not_before_ms=max(run.not_before_ms, run.retry_at_ms or 0),
+            resources=run.spec.resources,
+        )
+        pointer = ActivePointer(run_id=run.id, worker=wid, attempt=assigned.attempt)
+        return [
+            Ops.put(current.key, assigned),
+            *([Ops.delete(current.value.queue_key)] if current.value.queue_key else []),
+            Ops.put(self.keys.assign(wid, run.id), assignment),
+            Ops.put(self.keys.active(run.partition, run.id), pointer),
+        ]
+
+    def _after_failure(self, batch: list[AssignRequest], result: TxnResult) -> list[AssignRequest]:
+        """Learn what is on the worker, resolve the requests that cannot
+        succeed, keep the rest."""
+        assign_kvs, member_kvs, *rest = result.responses
+        partitions = list(dict.fromkeys(r.partition for r in batch))
+        owners = dict(zip(partitions, rest, strict=False))
+        runs = rest[len(partitions) :]
+        self.view = _with_assignments(self.view, assign_kvs, result.revision)
+        if not member_kvs:
+            self._resolve_all(batch, GONE)
+            return []
+        kept = []
+        for request, run_kvs in zip(batch, runs, strict=True):
+            owner_kvs = owners[request.partition]
+            owned = bool(owner_kvs) and owner_kvs[0].create_revision == request.guard.operand
+            unchanged = bool(run_kvs) and run_kvs[0].mod_revision == request.current.mod_revision
+            if owned and unchanged:
+                kept.append(request)
+            else:
+                request.resolve(CONFLICT)
+        return kept
+
+    @staticmethod
+    def _resolve_all(batch: list[AssignRequest], outcome: str) -> None:
+        for request in batch:
+            request.resolve(outcome)
+
+
+def _with_assignments(view: WorkerView, kvs: list[KV], revision: int) -> WorkerView:
+    """``view`` with the worker's assignments as read at ``revision``."""
+    runs = {a.run_id: a.resources for a in (kv.decode(Assignment).value for kv in kvs)}
+    return WorkerView(view.member, runs, revision)
+
+
+class Assigner:
+    """One scheduler's batchers, by worker id."""
+
+    def __init__(self, store: Store, keys: Keys) -> None:
+        self.store = store
+        self.keys = keys
+        self._batchers: dict[str, WorkerBatcher] = {}
+
+    def fresher(self, view: WorkerView) -> WorkerView:
+        """``view`` with the newest assignments this scheduler knows of."""
+        batcher = self._batchers.get(view.member.id)
+        if batcher is None:
+            return view
+        batcher.observe(view)
+        return batcher.view
+
+    async def assign(self, view: WorkerView, request: AssignRequest) -> str:
+        batcher = self._batchers.get(view.member.id)
+        if batcher is None:
+            batcher = self._batchers[view.member.id] = WorkerBatcher(self.store, self.keys, view)
+        batcher.observe(view)
+        return await batcher.assign(request)
+
+    async def forget(self, live: set[str]) -> None:
+        """Stop the batchers of workers that left."""
+        for wid in [w for w in self._batchers if w not in live]:
+            with contextlib.suppress(Exception):
+                await self._batchers.pop(wid).close()
+
+
+class CapacityIndex:
+    """What is placed on each worker, decoded once per change from the
+    scheduler's cache of ``assign/`` (fed by its ``on_event``), with one
+    shared snapshot per worker that placers use until it changes."""
+
+    def __init__(self, keys: Keys) -> None:
+        self.keys = keys
+        self._runs: dict[str, dict[str, Resources]] = {}
+        self._snapshots: dict[str, dict[str, Resources]] = {}
+
+    def on_event(self, event: Event) -> None:
+        worker, rid = self.keys.parse_assign(event.kv.key)
+        runs = self._runs.setdefault(worker, {})
+        if event.kind == "delete":
+            runs.pop(rid, None)
+        else:
+            runs[rid] = event.kv.decode(Assignment).value.resources
+        self._snapshots.pop(worker, None)
+
+    def runs(self, worker: str) -> dict[str, Resources]:
+        """The worker's runs and their resources; do not modify."""
+        snapshot = self._snapshots.get(worker)
+        if snapshot is None:
+            snapshot = self._snapshots[worker] = dict(self._runs.get(worker, {}))
+        return snapshot

@@ -1,0 +1,222 @@
+"""A store that sends concurrent requests as one etcd transaction.
+
+A worker runs hundreds of attempts at once, and each makes the same few
+small requests: read the run, claim it, read it again, report. Sent one by
+one, the per-request cost (a gRPC call, a raft entry) is most of the
+worker's CPU and caps how many runs a second it can start. This wrapper
+gathers what is asked while a request is in flight and sends it together:
+
+* reads of single keys travel as one read-only transaction;
+* transactions travel as one transaction whose compares are all of theirs
+  and whose operations are all of theirs. It commits only if *every*
+  compare holds; then each transaction sees exactly what it would have seen
+  alone, because batched transactions never touch a common key (a
+  transaction that shares a key with one already in the batch, or uses a
+  key range, waits for the next batch or goes alone). When the combined
+  transaction fails, each one is sent again alone, so each gets its own
+  verdict and its own failure reads. An unknown outcome is every member's
+  unknown outcome.
+
+Batches stay under etcd's default ``--max-txn-ops`` (128) per branch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from etcdsched.errors import StoreRejected
+from etcdsched.store import (
+    KV,
+    Compare,
+    Op,
+    Ops,
+    RangeResult,
+    Store,
+    StoreStats,
+    TxnResult,
+    WatchBatch,
+)
+
+T = TypeVar("T")
+MAX_OPS = 120
+"""Per branch, under etcd's default --max-txn-ops of 128."""
+
+
+@dataclass
+class _Txn:
+    compares: Sequence[Compare]
+    success: Sequence[Op]
+    failure: Sequence[Op]
+    done: asyncio.Future[TxnResult]
+    keys: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def ranged(self) -> bool:
+        return any(c.range_end is not None for c in self.compares) or any(
+            o.range_end is not None for o in self.success
+        )
+
+
+class CoalescingStore:
+    """Wraps a :class:`~etcdsched.store.Store`; see the module docstring."""
+
+    def __init__(self, inner: Store) -> None:
+        self.inner = inner
+        self.stats: StoreStats = inner.stats
+        self._reads: dict[str, list[asyncio.Future[KV | None]]] = {}
+        self._txns: list[_Txn] = []
+        self._reader: asyncio.Task[None] | None = None
+        self._writer: asyncio.Task[None] | None = None
+
+    # -- reads ---------------------------------------------------------------
+    async def get(self, key: str) -> KV | None:
+        future: asyncio.Future[KV | None] = asyncio.get_running_loop().create_future()
+        self._reads.setdefault(key, []).append(future)
+        if self._reader is None or self._reader.done():
+            self._reader = asyncio.create_task(self._read_loop())
+        return await future
+
+    async def _read_loop(self) -> None:
+        while self._reads:
+            keys = list(self._reads)[:MAX_OPS]
+            waiting = {k: self._reads.pop(k) for k in keys}
+            try:
+                result = await self.inner.txn([], [Ops.get(k) for k in keys])
+            except Exception as exc:  # every reader gets the store's error
+                for futures in waiting.values():
+                    _fail(futures, exc)
+                continue
+            for key, kvs in zip(keys, result.responses, strict=True):
+                for future in waiting[key]:
+                    if not future.done():
+                        future.set_result(kvs[0] if kvs else None)
+
+    # -- transactions --------------------------------------------------------
+    async def txn(
+        self, compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op] = ()
+    ) -> TxnResult:
+        keys = frozenset([*(c.key for c in compares), *(o.key for o in success)])
+        future: asyncio.Future[TxnResult] = asyncio.get_running_loop().create_future()
+        self._txns.append(_Txn(compares, success, failure, future, keys))
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write_loop())
+        return await future
+
+    async def _write_loop(self) -> None:
+        while self._txns:
+            batch = self._take()
+            if len(batch) == 1:
+                await self._alone(batch[0])
+            else:
+                await self._together(batch)
+
+    def _take(self) -> list[_Txn]:
+        """The next batch: in arrival order, no shared keys, within limits."""
+        batch: list[_Txn] = []
+        used: set[str] = set()
+        compares = ops = 0
+        rest: list[_Txn] = []
+        for item in self._txns:
+            fits = (
+                not item.ranged
+                and not (batch and batch[0].ranged)
+                and not item.keys & used
+                and compares + len(item.compares) <= MAX_OPS
+                and ops + len(item.success) <= MAX_OPS
+            )
+            if fits or not batch:
+                batch.append(item)
+                used |= item.keys
+                compares += len(item.compares)
+                ops += len(item.success)
+            else:
+                rest.append(item)
+                used |= item.keys  # later requests on its keys wait behind it
+        self._txns = rest
+        return batch
+
+    async def _alone(self, item: _Txn) -> None:
+        try:
+            result = await self.inner.txn(item.compares, item.success, item.failure)
+        except Exception as exc:
+            _fail([item.done], exc)
+            return
+        if not item.done.done():
+            item.done.set_result(result)
+
+    async def _together(self, batch: list[_Txn]) -> None:
+        compares = [c for item in batch for c in item.compares]
+        success = [o for item in batch for o in item.success]
+        try:
+            result = await self.inner.txn(compares, success)
+        except StoreRejected:
+            result = None  # e.g. a limit we did not know of: send each alone
+        except Exception as exc:
+            for item in batch:
+                _fail([item.done], exc)
+            return
+        if result is None or not result.succeeded:
+            await asyncio.gather(*(self._alone(item) for item in batch))
+            return
+        start = 0
+        for item in batch:
+            end = start + len(item.success)
+            mine = TxnResult(True, result.revision, result.responses[start:end])
+            start = end
+            if not item.done.done():
+                item.done.set_result(mine)
+
+    # -- everything else goes straight through -------------------------------
+    async def range(
+        self,
+        start: str,
+        end: str | None = None,
+        *,
+        limit: int = 0,
+        keys_only: bool = False,
+        count_only: bool = False,
+        revision: int = 0,
+        descending: bool = False,
+    ) -> RangeResult:
+        return await self.inner.range(
+            start,
+            end,
+            limit=limit,
+            keys_only=keys_only,
+            count_only=count_only,
+            revision=revision,
+            descending=descending,
+        )
+
+    def watch(self, prefix: str, start_revision: int) -> AsyncIterator[WatchBatch]:
+        return self.inner.watch(prefix, start_revision)
+
+    async def grant(self, ttl: int) -> tuple[int, int]:
+        return await self.inner.grant(ttl)
+
+    async def keepalive_once(self, lease_id: int, timeout: float) -> int:
+        return await self.inner.keepalive_once(lease_id, timeout)
+
+    async def revoke(self, lease_id: int) -> None:
+        await self.inner.revoke(lease_id)
+
+    async def server_version(self) -> str:
+        return await self.inner.server_version()
+
+    async def close(self) -> None:
+        for task in (self._reader, self._writer):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        await self.inner.close()
+
+
+def _fail(futures: Sequence[asyncio.Future[T]], exc: Exception) -> None:
+    for future in futures:
+        if not future.done():
+            future.set_exception(exc)

@@ -1,0 +1,191 @@
+"""One placement loop per scheduler, over every partition it owns.
+
+A pass merges the partitions' queues in queue order (priority, then
+not-before; the same order across partitions, so a high-priority run in one
+partition never waits behind a low-priority one in another), reads the runs
+at the head — only as many as the workers have free slots, in one read per
+chunk — chooses a worker for each against views that count this pass's
+choices, and hands them to the workers' batchers. One pass per change of the
+queues or of the workers' assignments: with a loop per partition, every
+finished run woke all of them and each re-read the head of its own queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import logging
+from collections.abc import Callable, Iterator
+
+from etcdsched.assigner import Assigner, CapacityIndex
+from etcdsched.cache import ChangeSignal, PrefixCache, versions, wait_any_change
+from etcdsched.clock import Clock
+from etcdsched.errors import EtcdschedError, OwnershipLost
+from etcdsched.keys import Keys
+from etcdsched.models import RunRecord, WorkerMember
+from etcdsched.placement import WorkerView
+from etcdsched.placer import PartitionPlacer
+from etcdsched.store import Ops, Store, Versioned
+
+log = logging.getLogger(__name__)
+READ_BATCH = 100
+"""Queued runs read per request (one read-only transaction)."""
+IDLE_WAIT = 1.0
+QUEUED_WAIT = 0.25
+"""Runs are queued but none could be placed: look again this soon even
+without a change (a retry's not-before comes within the lookahead)."""
+
+
+class PlacementLoop:
+    def __init__(
+        self,
+        store: Store,
+        keys: Keys,
+        clock: Clock,
+        placers: Callable[[], list[PartitionPlacer]],
+        workers: PrefixCache,
+        assignments: PrefixCache,
+        capacity: CapacityIndex,
+        assigner: Assigner,
+        lookahead_ms: int,
+    ) -> None:
+        self.store = store
+        self.keys = keys
+        self.clock = clock
+        self.placers = placers
+        self.workers = workers
+        self.assignments = assignments
+        self.capacity = capacity
+        self.assigner = assigner
+        self.lookahead_ms = lookahead_ms
+        self.queues_changed = ChangeSignal()
+        """Bumped by every partition's queue cache (the scheduler wires it)."""
+        self._members: dict[str, tuple[int, WorkerMember]] = {}
+        self._live: set[str] = set()
+        self.passes = 0
+
+    async def run(self) -> None:
+        await self.workers.ready.wait()
+        await self.assignments.ready.wait()
+        while True:
+            seen = versions(self.queues_changed, self.workers, self.assignments)
+            wait_s = IDLE_WAIT
+            try:
+                wait_s = await self.place_once(self.clock.now_ms())
+            except EtcdschedError as exc:
+                log.warning("placement: %s", exc)
+            await wait_any_change(seen, wait_s)
+
+    def worker_views(self) -> dict[str, WorkerView]:
+        """Every live worker with what is placed on it, as of the
+        assignments cache's revision and this scheduler's own newer writes;
+        member records are decoded again only when they changed."""
+        views, memo = {}, {}
+        revision = self.assignments.revision
+        for kv in self.workers.items.values():
+            known = self._members.get(kv.key)
+            member = known[1] if known and known[0] == kv.mod_revision else None
+            if member is None:
+                member = kv.decode(WorkerMember).value
+            memo[kv.key] = (kv.mod_revision, member)
+            view = WorkerView(member, self.capacity.runs(member.id), revision)
+            views[member.id] = self.assigner.fresher(view)
+        self._members = memo
+        return views
+
+    async def place_once(self, now_ms: int) -> float:
+        """One pass; returns how long to wait for a change before the next
+        (a run waiting for room, or a not-before coming into the lookahead)."""
+        self.passes += 1
+        placers = {p.partition: p for p in self.placers() if p.ready}
+        views = self.worker_views()
+        if self._live - views.keys():
+            await self.assigner.forget(set(views))  # batchers of workers that left
+        self._live = set(views)
+        limit = now_ms + self.lookahead_ms
+        heads = heapq.merge(*(p.ready_keys(limit) for p in placers.values()))
+        submitted: list[asyncio.Task[str]] = []
+        try:
+            waiting = await self._place_heads(placers, heads, views, now_ms, submitted)
+            if waiting:  # no room for the rest: read only what a deadline may end
+                expiring = _deadline_chunk(placers, now_ms, limit)
+                for placer, current in await self._read(placers, expiring):
+                    await self._consider(placer, current, views, now_ms, submitted)
+        finally:
+            await asyncio.gather(*submitted, return_exceptions=True)
+        return QUEUED_WAIT if waiting else self._until_next(placers, now_ms)
+
+    async def _place_heads(
+        self,
+        placers: dict[int, PartitionPlacer],
+        heads: Iterator[tuple[str, int, str]],
+        views: dict[str, WorkerView],
+        now_ms: int,
+        submitted: list[asyncio.Task[str]],
+    ) -> bool:
+        """Place from the head of the merged queues while workers have room;
+        True when ready runs are left waiting for room."""
+        while free := _free_slots(views):
+            batch = itertools.islice(heads, min(free, READ_BATCH))
+            chunk = [(part, key) for _, part, key in batch]
+            if not chunk:
+                return False
+            for placer, current in await self._read(placers, chunk):
+                await self._consider(placer, current, views, now_ms, submitted)
+        return next(heads, None) is not None
+
+    def _until_next(self, placers: dict[int, PartitionPlacer], now_ms: int) -> float:
+        earliest = min((p.earliest_ms() or 2**62 for p in placers.values()), default=2**62)
+        wait_s = (earliest - self.lookahead_ms - now_ms) / 1000
+        return min(IDLE_WAIT, max(0.01, wait_s))
+
+    async def _consider(
+        self,
+        placer: PartitionPlacer,
+        current: Versioned[RunRecord],
+        views: dict[str, WorkerView],
+        now_ms: int,
+        submitted: list[asyncio.Task[str]],
+    ) -> None:
+        try:
+            worker = await placer.placeable(current, views, now_ms)
+        except OwnershipLost:
+            return  # the partition moved on: its new owner places the run
+        if worker is None:
+            return
+        run = current.value
+        views[worker.member.id] = worker.with_run(run.id, run.spec.resources)
+        submitted.append(asyncio.ensure_future(placer.submit(current, worker, now_ms)))
+
+    async def _read(
+        self, placers: dict[int, PartitionPlacer], chunk: list[tuple[int, str]]
+    ) -> list[tuple[PartitionPlacer, Versioned[RunRecord]]]:
+        """The runs behind the chunk's queue keys in one read-only
+        transaction; stale queue entries are removed by their partition."""
+        if not chunk:
+            return []
+        run_keys = [self.keys.run(self.keys.parse_queue(key).run_id) for _, key in chunk]
+        result = await self.store.txn([], [Ops.get(k) for k in run_keys])
+        found = []
+        for (partition, key), kvs in zip(chunk, result.responses, strict=True):
+            placer = placers[partition]
+            current = placer.check_read(key, kvs)
+            if current is not None:
+                found.append((placer, current))
+            else:
+                with contextlib.suppress(OwnershipLost):
+                    await placer.drop_queue_key(key)
+        return found
+
+
+def _free_slots(views: dict[str, WorkerView]) -> int:
+    return sum(v.free().slots for v in views.values() if not v.member.draining)
+
+
+def _deadline_chunk(
+    placers: dict[int, PartitionPlacer], now_ms: int, limit_ms: int
+) -> list[tuple[int, str]]:
+    keys = ((p.partition, k) for p in placers.values() for k in p.deadline_keys(now_ms, limit_ms))
+    return list(itertools.islice(keys, READ_BATCH))
