@@ -92,6 +92,7 @@ class WorkerBatcher:
         self.keys = keys
         self.view = view
         self.pending: list[AssignRequest] = []
+        self._writing: list[AssignRequest] = []
         self._committer: asyncio.Task[None] | None = None
 
     def observe(self, view: WorkerView) -> None:
@@ -100,6 +101,16 @@ class WorkerBatcher:
         if view.revision > revision:
             runs, revision = view.runs, view.revision
         self.view = WorkerView(view.member, runs, revision)
+
+    def planned(self) -> WorkerView:
+        """The view with every run handed to this batcher and not yet
+        decided counted as placed: a placement pass that starts while the
+        previous pass's runs are still being written sees their slots taken."""
+        waiting = [r for r in (*self._writing, *self.pending) if not r.done.done()]
+        if not waiting:
+            return self.view
+        added = {r.current.value.id: r.current.value.spec.resources for r in waiting}
+        return WorkerView(self.view.member, {**self.view.runs, **added}, self.view.revision)
 
     async def assign(self, request: AssignRequest) -> str:
         self.pending.append(request)
@@ -121,7 +132,7 @@ class WorkerBatcher:
     # -- committing ----------------------------------------------------------
     async def _drain(self) -> None:
         while self.pending:
-            batch = self._take()
+            batch = self._writing = self._take()
             try:
                 await self._commit(batch)
             except BaseException as exc:
@@ -278,12 +289,13 @@ class Assigner:
         self._batchers: dict[str, WorkerBatcher] = {}
 
     def fresher(self, view: WorkerView) -> WorkerView:
-        """``view`` with the newest assignments this scheduler knows of."""
+        """``view`` with the newest assignments this scheduler knows of, and
+        the runs it is writing counted as placed."""
         batcher = self._batchers.get(view.member.id)
         if batcher is None:
             return view
         batcher.observe(view)
-        return batcher.view
+        return batcher.planned()
 
     async def assign(self, view: WorkerView, request: AssignRequest) -> str:
         batcher = self._batchers.get(view.member.id)

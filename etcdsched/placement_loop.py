@@ -19,7 +19,7 @@ import itertools
 import logging
 from collections.abc import Callable, Iterator
 
-from etcdsched.assigner import Assigner, CapacityIndex
+from etcdsched.assigner import ASSIGNED, Assigner, CapacityIndex
 from etcdsched.cache import ChangeSignal, PrefixCache, versions, wait_any_change
 from etcdsched.clock import Clock
 from etcdsched.errors import EtcdschedError, OwnershipLost
@@ -64,6 +64,9 @@ class PlacementLoop:
         """Bumped by every partition's queue cache (the scheduler wires it)."""
         self._members: dict[str, tuple[int, WorkerMember]] = {}
         self._live: set[str] = set()
+        self._inflight: set[str] = set()
+        """Queue keys handed to a batcher and not yet decided: a pass does
+        not wait for its writes, and the next one must not read them again."""
         self.passes = 0
 
     async def run(self) -> None:
@@ -106,15 +109,11 @@ class PlacementLoop:
         self._live = set(views)
         limit = now_ms + self.lookahead_ms
         heads = heapq.merge(*(p.ready_keys(limit) for p in placers.values()))
-        submitted: list[asyncio.Task[str]] = []
-        try:
-            waiting = await self._place_heads(placers, heads, views, now_ms, submitted)
-            if waiting:  # no room for the rest: read only what a deadline may end
-                expiring = _deadline_chunk(placers, now_ms, limit)
-                for placer, current in await self._read(placers, expiring):
-                    await self._consider(placer, current, views, now_ms, submitted)
-        finally:
-            await asyncio.gather(*submitted, return_exceptions=True)
+        waiting = await self._place_heads(placers, heads, views, now_ms)
+        if waiting:  # no room for the rest: read only what a deadline may end
+            expiring = _deadline_chunk(placers, now_ms, limit)
+            for placer, current in await self._read(placers, expiring):
+                await self._consider(placer, current, views, now_ms)
         return QUEUED_WAIT if waiting else self._until_next(placers, now_ms)
 
     async def _place_heads(
@@ -123,18 +122,17 @@ class PlacementLoop:
         heads: Iterator[tuple[str, int, str]],
         views: dict[str, WorkerView],
         now_ms: int,
-        submitted: list[asyncio.Task[str]],
     ) -> bool:
         """Place from the head of the merged queues while workers have room;
         True when ready runs are left waiting for room."""
+        fresh = ((part, key) for _, part, key in heads if key not in self._inflight)
         while free := _free_slots(views):
-            batch = itertools.islice(heads, min(free, READ_BATCH))
-            chunk = [(part, key) for _, part, key in batch]
+            chunk = list(itertools.islice(fresh, min(free, READ_BATCH)))
             if not chunk:
                 return False
             for placer, current in await self._read(placers, chunk):
-                await self._consider(placer, current, views, now_ms, submitted)
-        return next(heads, None) is not None
+                await self._consider(placer, current, views, now_ms)
+        return next(fresh, None) is not None
 
     def _until_next(self, placers: dict[int, PartitionPlacer], now_ms: int) -> float:
         earliest = min((p.earliest_ms() or 2**62 for p in placers.values()), default=2**62)
@@ -147,7 +145,6 @@ class PlacementLoop:
         current: Versioned[RunRecord],
         views: dict[str, WorkerView],
         now_ms: int,
-        submitted: list[asyncio.Task[str]],
     ) -> None:
         try:
             worker = await placer.placeable(current, views, now_ms)
@@ -157,7 +154,16 @@ class PlacementLoop:
             return
         run = current.value
         views[worker.member.id] = worker.with_run(run.id, run.spec.resources)
-        submitted.append(asyncio.ensure_future(placer.submit(current, worker, now_ms)))
+        key = run.queue_key or ""
+        self._inflight.add(key)
+        task = asyncio.ensure_future(placer.submit(current, worker, now_ms))
+        task.add_done_callback(lambda done: self._decided(key, done))
+
+    def _decided(self, queue_key: str, task: asyncio.Task[str]) -> None:
+        self._inflight.discard(queue_key)
+        failed = task.cancelled() or task.exception() is not None
+        if failed or task.result() != ASSIGNED:
+            self.queues_changed.notify()  # look at it again soon
 
     async def _read(
         self, placers: dict[int, PartitionPlacer], chunk: list[tuple[int, str]]

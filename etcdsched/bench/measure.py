@@ -115,6 +115,28 @@ def lags(times: Sequence[RunTimes]) -> list[float]:
     return [float(t.lag_ms) for t in times if t.lag_ms is not None]
 
 
+STAGE_GAPS = {
+    "fired -> placed": ("created_ms", "assigned_ms"),
+    "placed -> started": ("assigned_ms", "started_ms"),
+    "started -> finished": ("started_ms", "ended_ms"),
+}
+"""Where a run's time goes (first attempt); a run waits for its not-before
+on the worker when it was placed ahead of its slot."""
+
+
+def stage_gaps(times: Sequence[RunTimes]) -> dict[str, dict[str, float]]:
+    """Summary of each stage's duration over the runs that passed it."""
+    gaps = {}
+    for name, (start, end) in STAGE_GAPS.items():
+        values = [
+            float(b - a)
+            for t in times
+            if (a := getattr(t, start)) is not None and (b := getattr(t, end)) is not None
+        ]
+        gaps[name] = summary(sorted(values))
+    return gaps
+
+
 def per_second(times: Sequence[RunTimes], t0_ms: int, seconds: int) -> dict[str, list[int]]:
     """Per stage, how many runs reached it in each second after ``t0_ms``."""
     series = {stage: [0] * seconds for stage in STAGES}

@@ -27,6 +27,7 @@ from etcdsched.bench.measure import (
     per_second,
     quantile_curve,
     read_runs,
+    stage_gaps,
     summary,
     window_rate,
 )
@@ -117,8 +118,20 @@ def _analyse(
         "lag_curve": quantile_curve(lags(times)),
         "rates": rates,
         "ratio": ratio,
+        "stage_gaps": stage_gaps(times),
     }
     return row, data
+
+
+def _stage_table(executors: tuple[str, ...], series: dict[str, Any]) -> Table:
+    """Where each run's time went: the stage that grows under load is the
+    one that limits throughput."""
+    rows = []
+    for executor in executors:
+        for stage, gap in series[executor]["stage_gaps"].items():
+            rows.append([EXECUTOR_LABEL[executor], stage, gap.get("p50"), gap.get("p99")])
+    columns = ["executor", "stage", "p50 ms", "p99 ms"]
+    return Table("time per stage (first attempt)", columns, rows)
 
 
 async def run(ctx: BenchContext) -> ScenarioResult:
@@ -147,6 +160,7 @@ async def run(ctx: BenchContext) -> ScenarioResult:
     columns = ["executor", "offered/s", *(f"{s}/s" for s in STAGES), "finished ÷ raw put64",
                "lag p50 ms", "lag p99 ms", "runs/expected", "saturated"]  # fmt: skip
     result.tables.append(Table("rates over the steady window", columns, rows))
+    result.tables.append(_stage_table(opts.executors, result.series))
     result.targets.append(_target(ctx, result))
     result.notes.append(
         "Rates are means over the window after a warm-up; 'saturated: no' means the "
