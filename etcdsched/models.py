@@ -41,6 +41,17 @@ class ActivePointer(Record):
     deadline_ms: int | None = None
 
 
+class QueueEntry(Record):
+    """Value of ``queue/<pp>/<rank>/<not_before>/<run>``: the run, and the
+    instant after which it is skipped instead of placed (its starting
+    deadline; None for retries and runs without one). Carried here so a
+    scheduler whose workers are full knows every queued run's deadline
+    without reading the runs."""
+
+    run_id: str
+    deadline_ms: int | None = None
+
+
 class JobRecord(Record):
     """A job as stored: its spec plus lifecycle state.
 

@@ -12,18 +12,20 @@ one worker and a run is never placed twice.
 
 from __future__ import annotations
 
+import bisect
 import logging
 from collections.abc import Callable, Iterator
 
 from etcdsched.assigner import ASSIGNED, Assigner, AssignRequest
 from etcdsched.cache import PrefixCache
 from etcdsched.clock import Clock
+from etcdsched.codec import CorruptRecord
 from etcdsched.keys import Keys, run_seq
 from etcdsched.metrics import QUEUE_DEPTH
-from etcdsched.models import ActivePointer, RunRecord
+from etcdsched.models import ActivePointer, QueueEntry, RunRecord
 from etcdsched.ownership import Ownership
 from etcdsched.placement import WorkerView, choose_worker, never_fits
-from etcdsched.runs import RunOps
+from etcdsched.runs import RunOps, starting_deadline_ms
 from etcdsched.statemachine import RunState, transition
 from etcdsched.store import KV, Cmp, Event, Ops, Store, Versioned
 
@@ -62,12 +64,11 @@ class PartitionPlacer:
         self._prefix_len = len(keys.queue_prefix(partition))
         self.placed = 0
         self._not_before: dict[str, int] = {}
-        self._unread: set[str] = set()
-        """Queued keys whose run was never read (its starting deadline is unknown)."""
         self._deadline_at: dict[str, int] = {}
-        """Known starting deadlines of queued runs (only runs that have one)."""
+        """Starting deadlines of queued runs that have one (from the queue entries)."""
         self._sorted: list[str] = []
-        self._sorted_version = -1
+        """Queue keys in order, kept by insertion; deleted keys are skipped
+        and swept out once they are half of it (no full sort per pass)."""
         self._on_change = on_change
 
     @property
@@ -78,11 +79,15 @@ class PartitionPlacer:
         key = event.kv.key
         if event.kind == "delete":
             self._not_before.pop(key, None)
-            self._unread.discard(key)
             self._deadline_at.pop(key, None)
         elif key not in self._not_before:
+            at = bisect.bisect_left(self._sorted, key)
+            if at == len(self._sorted) or self._sorted[at] != key:
+                self._sorted.insert(at, key)  # absent, or left over from a delete
             self._not_before[key] = self.keys.parse_queue(key).not_before_ms
-            self._unread.add(key)
+            deadline = _deadline_of(event.kv)
+            if deadline is not None:
+                self._deadline_at[key] = deadline
         if self._on_change is not None:
             self._on_change()
 
@@ -91,22 +96,20 @@ class PartitionPlacer:
         """Queued keys with not-before up to ``limit_ms``, lazily, in queue
         order, as ``(order, partition, key)``: ``order`` (the key below the
         partition) sorts the same across partitions."""
-        if self._sorted_version != self.queue.version:
-            self._sorted, self._sorted_version = sorted(self.queue.items), self.queue.version
-            QUEUE_DEPTH.labels(partition=str(self.partition)).set(len(self._sorted))
         items, not_before = self.queue.items, self._not_before
-        for key in self._sorted:
+        if len(self._sorted) > 2 * len(items) + 64:
+            self._sorted = [k for k in self._sorted if k in items]
+        QUEUE_DEPTH.labels(partition=str(self.partition)).set(len(items))
+        for key in tuple(self._sorted):  # events may insert while we are suspended
             if key in items and not_before.get(key, 0) <= limit_ms:
                 yield key[self._prefix_len :], self.partition, key
 
     def deadline_keys(self, now_ms: int, limit_ms: int) -> list[str]:
         """While no worker has room only a starting deadline can change a
-        run's fate: the keys never read (deadline unknown) and those whose
-        deadline passed, so each queued run is read once while workers are
-        full instead of on every pass."""
+        run's fate: the keys whose deadline passed (known from the queue
+        entries, so a full cluster reads no other queued run)."""
         expired = [k for k, at in self._deadline_at.items() if now_ms > at]
-        keys = [*self._unread, *expired]
-        return [k for k in keys if k in self.queue.items and self._not_before.get(k, 0) <= limit_ms]
+        return [k for k in expired if k in self.queue.items and self._not_before[k] <= limit_ms]
 
     def earliest_ms(self) -> int | None:
         return min(self._not_before.values(), default=None)
@@ -115,16 +118,12 @@ class PartitionPlacer:
     def check_read(self, queue_key: str, kvs: list[KV]) -> Versioned[RunRecord] | None:
         """The run read for ``queue_key``, or None when the entry is stale
         (run gone, no longer waiting, or queued under another key)."""
-        self._unread.discard(queue_key)
         current = kvs[0].decode(RunRecord) if kvs else None
         if current is None:
             return None
         run = current.value
         if run.state not in WAITING or run.queue_key != queue_key:
             return None
-        deadline = self._deadline_ms(run)
-        if deadline is not None:
-            self._deadline_at[queue_key] = deadline
         return current
 
     async def drop_queue_key(self, queue_key: str) -> None:
@@ -169,16 +168,8 @@ class PartitionPlacer:
         return outcome
 
     @staticmethod
-    def _deadline_ms(run: RunRecord) -> int | None:
-        """The instant after which the run is skipped instead of placed;
-        None for retries and runs without a starting deadline."""
-        deadline = run.spec.starting_deadline
-        if deadline is None or run.attempt > 0:
-            return None
-        return run.not_before_ms + int(deadline.total_seconds() * 1000)
-
-    def _past_deadline(self, run: RunRecord, now_ms: int) -> bool:
-        deadline = self._deadline_ms(run)
+    def _past_deadline(run: RunRecord, now_ms: int) -> bool:
+        deadline = starting_deadline_ms(run)
         return deadline is not None and now_ms > deadline
 
     def _job_executing(self, run: RunRecord) -> bool:
@@ -230,3 +221,12 @@ class PartitionPlacer:
             [self.ownership.guard(self.partition), Cmp.mod(current.key, current.mod_revision)],
             [Ops.put(current.key, noted)],
         )
+
+
+def _deadline_of(kv: KV) -> int | None:
+    """A queue entry's starting deadline; an entry that does not decode
+    counts as expired, so the run is read and the question settled."""
+    try:
+        return kv.decode(QueueEntry).value.deadline_ms
+    except CorruptRecord:
+        return 0

@@ -35,17 +35,25 @@ class RetentionSweeper:
         self.logs = logs
         self.dirty: set[str] = set()
         self.deleted = 0
+        self._ended: dict[str, int] = {}
+        """Runs of each job that ended since its last trim."""
+        self._trim_after: dict[str, int] = {}
+        """How many must end before the job is worth trimming again: a
+        trim costs two reads, and a busy job ends runs every second."""
 
     def on_active_event(self, event: Event) -> None:
         """Active-pointer cache hook: a deleted pointer = a run just ended."""
         if event.kind == "delete":
             _, ref = self.keys.parse_active(event.kv.key)
             self.dirty.add(ref.job_id)
+            self._ended[ref.job_id] = self._ended.get(ref.job_id, 0) + 1
 
     async def sweep(self, now_ms: int) -> int:
         removed = 0
         while self.dirty:
             job_id = self.dirty.pop()
+            if self._ended.get(job_id, 0) < self._trim_after.get(job_id, 1):
+                continue
             try:
                 removed += await self.trim(job_id, now_ms)
             except EtcdschedError as exc:
@@ -55,11 +63,14 @@ class RetentionSweeper:
 
     async def trim(self, job_id: str, now_ms: int) -> int:
         prefix = self.keys.runs_prefix(job_id)
+        self._ended[job_id] = 0
         counted = await self.store.range(prefix, count_only=True)
         page = await self.store.range(prefix, limit=1, descending=True)
         if not page.kvs:
             return 0
         retention = page.kvs[0].decode(RunRecord).value.spec.retention
+        slack = max(1, int(retention.keep_last * SLACK))
+        self._trim_after[job_id] = 1 if retention.max_age is not None else slack
         over = counted.count - retention.keep_last
         if retention.max_age is None and over <= retention.keep_last * SLACK:
             return 0

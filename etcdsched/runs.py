@@ -13,7 +13,7 @@ from typing import Literal
 from etcdsched.errors import Conflict, NotFound
 from etcdsched.keys import Keys, partition_of, run_id, run_seq
 from etcdsched.metrics import RETRIES, RUNS_BY_STATE
-from etcdsched.models import ActivePointer, Assignment, DueEntry, RunRecord
+from etcdsched.models import ActivePointer, Assignment, DueEntry, QueueEntry, RunRecord
 from etcdsched.spec import JobSpec
 from etcdsched.statemachine import RunState, transition
 from etcdsched.store import Cmp, Compare, Op, Ops, Store, Versioned
@@ -67,6 +67,19 @@ def new_run(
     )
 
 
+def starting_deadline_ms(run: RunRecord) -> int | None:
+    """The instant after which the run is skipped instead of placed;
+    None for retries and runs without a starting deadline."""
+    deadline = run.spec.starting_deadline
+    if deadline is None or run.attempt > 0:
+        return None
+    return run.not_before_ms + int(deadline.total_seconds() * 1000)
+
+
+def queue_entry(run: RunRecord) -> QueueEntry:
+    return QueueEntry(run_id=run.id, deadline_ms=starting_deadline_ms(run))
+
+
 class RunOps:
     """Key-level operations on runs under one prefix."""
 
@@ -85,7 +98,7 @@ class RunOps:
         return [Cmp.absent(key)], [
             Ops.put(key, queued),
             Ops.put(self.keys.active(run.partition, run.id), ActivePointer(run_id=run.id)),
-            Ops.put(queued.queue_key or "", run.id.encode()),
+            Ops.put(queued.queue_key or "", queue_entry(run)),
         ]
 
     def requeue(self, run: RunRecord) -> tuple[RunRecord, list[Op]]:
@@ -93,7 +106,7 @@ class RunOps:
         queued = run.model_copy(update={"queue_key": self.queue_key(run)})
         return queued, [
             Ops.put(self.keys.run(run.id), queued),
-            Ops.put(queued.queue_key or "", run.id.encode()),
+            Ops.put(queued.queue_key or "", queue_entry(run)),
             Ops.put(self.keys.active(run.partition, run.id), ActivePointer(run_id=run.id)),
         ]
 

@@ -39,6 +39,8 @@ from etcdsched.session import Session, StoreFactory
 from etcdsched.store import Cmp, Ops, Store
 
 log = logging.getLogger(__name__)
+FIRING_IN_PARALLEL = 2
+"""Partitions building and committing a firing batch at once (per scheduler)."""
 
 
 async def ensure_cluster(store: Store, keys: Keys, partitions: int, now_ms: int) -> ClusterMeta:
@@ -104,6 +106,7 @@ class SchedulerService:
         self._caches: list[asyncio.Task[None]] = []
         self.retention = RetentionSweeper(store, keys, logs)
         self.assigner = Assigner(store, keys)
+        self.fire_gate = asyncio.Semaphore(FIRING_IN_PARALLEL)
         self.placement = PlacementLoop(
             store,
             keys,
@@ -221,6 +224,7 @@ class SchedulerService:
             cfg.lookahead_ms,
             cfg.horizon_ms,
             cfg.fire_batch,
+            self.fire_gate,
         )
         placer = PartitionPlacer(
             partition,
