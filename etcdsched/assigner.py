@@ -29,7 +29,8 @@ import contextlib
 import logging
 from dataclasses import dataclass, field
 
-from etcdsched.errors import OutcomeUnknown, StoreUnavailable
+from etcdsched.codec import CorruptRecord
+from etcdsched.errors import OutcomeUnknown, StoreRejected, StoreUnavailable
 from etcdsched.keys import Keys
 from etcdsched.models import ActivePointer, Assignment, RunRecord, assign_attempt
 from etcdsched.placement import WorkerView, fits
@@ -169,6 +170,9 @@ class WorkerBatcher:
                 return
             try:
                 result = await self._write(batch)
+            except StoreRejected as exc:
+                await self._one_by_one(batch, exc)
+                return
             except (OutcomeUnknown, StoreUnavailable):
                 self._resolve_all(batch, UNKNOWN)
                 self.view = WorkerView(self.view.member, self.view.runs, -1)
@@ -179,6 +183,16 @@ class WorkerBatcher:
                 return
             batch = self._after_failure(batch, result)
         self._resolve_all(batch, CONFLICT)
+
+    async def _one_by_one(self, batch: list[AssignRequest], exc: StoreRejected) -> None:
+        """etcd refused the batch (too large): each run alone; a run etcd
+        refuses on its own is reported and left queued."""
+        if len(batch) == 1:
+            log.error("assignment of %s refused by etcd: %s", batch[0].current.key, exc)
+            self._resolve_all(batch, CONFLICT)
+            return
+        for request in batch:
+            await self._commit([request])
 
     def _fitting(self, batch: list[AssignRequest]) -> list[AssignRequest]:
         """The requests that fit the worker, in order; the rest are ``full``."""
@@ -276,8 +290,22 @@ class WorkerBatcher:
 
 def _with_assignments(view: WorkerView, kvs: list[KV], revision: int) -> WorkerView:
     """``view`` with the worker's assignments as read at ``revision``."""
-    runs = {a.run_id: a.resources for a in (kv.decode(Assignment).value for kv in kvs)}
+    runs = dict(_run_resources(kv) for kv in kvs)
     return WorkerView(view.member, runs, revision)
+
+
+FILLS_A_WORKER = Resources.model_construct(slots=10**9, cpu=1e9, memory_mb=10**12, gpu=10**6)
+
+
+def _run_resources(kv: KV) -> tuple[str, Resources]:
+    """The run an assignment is for and what it takes; one that does not
+    decode fills its worker (never under-count a worker's load)."""
+    try:
+        assignment = kv.decode(Assignment).value
+    except CorruptRecord as exc:
+        log.error("%s; its worker counts as full", exc)
+        return kv.key, FILLS_A_WORKER
+    return assignment.run_id, assignment.resources
 
 
 class Assigner:
@@ -293,15 +321,17 @@ class Assigner:
         the runs it is writing counted as placed."""
         batcher = self._batchers.get(view.member.id)
         if batcher is None:
-            return view
+            batcher = self._batchers[view.member.id] = WorkerBatcher(self.store, self.keys, view)
         batcher.observe(view)
         return batcher.planned()
 
     async def assign(self, view: WorkerView, request: AssignRequest) -> str:
+        """``view`` may count runs chosen earlier in the same pass: it is
+        never taken as what is on the worker (a new batcher reads that)."""
         batcher = self._batchers.get(view.member.id)
         if batcher is None:
-            batcher = self._batchers[view.member.id] = WorkerBatcher(self.store, self.keys, view)
-        batcher.observe(view)
+            unknown = WorkerView(view.member, {}, -1)
+            batcher = self._batchers[view.member.id] = WorkerBatcher(self.store, self.keys, unknown)
         return await batcher.assign(request)
 
     async def forget(self, live: set[str]) -> None:
@@ -322,12 +352,20 @@ class CapacityIndex:
         self._snapshots: dict[str, dict[str, Resources]] = {}
 
     def on_event(self, event: Event) -> None:
-        worker, rid = self.keys.parse_assign(event.kv.key)
+        """Never raises: the cache would die with it, and relisting past an
+        assignment the index lacks would let the capacity compare pass on a
+        full worker. A key or value that does not decode counts as filling
+        its worker."""
+        try:
+            worker, rid = self.keys.parse_assign(event.kv.key)
+        except ValueError:
+            log.error("assignment key %s does not parse; ignored", event.kv.key)
+            return
         runs = self._runs.setdefault(worker, {})
         if event.kind == "delete":
             runs.pop(rid, None)
         else:
-            runs[rid] = event.kv.decode(Assignment).value.resources
+            runs[rid] = _run_resources(event.kv)[1]
         self._snapshots.pop(worker, None)
 
     def runs(self, worker: str) -> dict[str, Resources]:

@@ -121,6 +121,8 @@ class CoalescingStore:
         compares = ops = 0
         rest: list[_Txn] = []
         for item in self._txns:
+            if item.done.done():
+                continue  # its caller was cancelled: do not send it
             fits = (
                 not item.ranged
                 and not (batch and batch[0].ranged)

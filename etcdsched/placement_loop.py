@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from etcdsched.assigner import ASSIGNED, Assigner, CapacityIndex
 from etcdsched.cache import ChangeSignal, PrefixCache, versions, wait_any_change
 from etcdsched.clock import Clock
+from etcdsched.codec import CorruptRecord
 from etcdsched.errors import EtcdschedError, OwnershipLost
 from etcdsched.keys import Keys
 from etcdsched.models import RunRecord, WorkerMember
@@ -79,6 +80,8 @@ class PlacementLoop:
                 wait_s = await self.place_once(self.clock.now_ms())
             except EtcdschedError as exc:
                 log.warning("placement: %s", exc)
+            except Exception:  # one bad pass must not end placement for good
+                log.exception("placement pass failed")
             await wait_any_change(seen, wait_s)
 
     def worker_views(self) -> dict[str, WorkerView]:
@@ -111,7 +114,7 @@ class PlacementLoop:
         heads = heapq.merge(*(p.ready_keys(limit) for p in placers.values()))
         waiting = await self._place_heads(placers, heads, views, now_ms)
         if waiting:  # no room for the rest: read only what a deadline may end
-            expiring = _deadline_chunk(placers, now_ms, limit)
+            expiring = _deadline_chunk(placers, now_ms, limit, self._inflight)
             for placer, current in await self._read(placers, expiring):
                 await self._consider(placer, current, views, now_ms)
         return QUEUED_WAIT if waiting else self._until_next(placers, now_ms)
@@ -135,9 +138,15 @@ class PlacementLoop:
         return next(fresh, None) is not None
 
     def _until_next(self, placers: dict[int, PartitionPlacer], now_ms: int) -> float:
-        earliest = min((p.earliest_ms() or 2**62 for p in placers.values()), default=2**62)
-        wait_s = (earliest - self.lookahead_ms - now_ms) / 1000
-        return min(IDLE_WAIT, max(0.01, wait_s))
+        """Until the earliest queued not-before enters the lookahead; runs
+        already inside it that could not be placed (upstream, ``queue_one``,
+        no fitting worker) wait for a change of the queues or assignments."""
+        limit = now_ms + self.lookahead_ms
+        later = (p.earliest_after(limit) for p in placers.values())
+        earliest = min((t for t in later if t is not None), default=None)
+        if earliest is None:
+            return IDLE_WAIT
+        return min(IDLE_WAIT, max(0.01, (earliest - limit) / 1000))
 
     async def _consider(
         self,
@@ -177,7 +186,11 @@ class PlacementLoop:
         found = []
         for (partition, key), kvs in zip(chunk, result.responses, strict=True):
             placer = placers[partition]
-            current = placer.check_read(key, kvs)
+            try:
+                current = placer.check_read(key, kvs)
+            except CorruptRecord as exc:
+                log.error("queued run left alone: %s", exc)  # never blocks the others
+                continue
             if current is not None:
                 found.append((placer, current))
             else:
@@ -191,7 +204,12 @@ def _free_slots(views: dict[str, WorkerView]) -> int:
 
 
 def _deadline_chunk(
-    placers: dict[int, PartitionPlacer], now_ms: int, limit_ms: int
+    placers: dict[int, PartitionPlacer], now_ms: int, limit_ms: int, inflight: set[str]
 ) -> list[tuple[int, str]]:
-    keys = ((p.partition, k) for p in placers.values() for k in p.deadline_keys(now_ms, limit_ms))
+    keys = (
+        (p.partition, k)
+        for p in placers.values()
+        for k in p.deadline_keys(now_ms, limit_ms)
+        if k not in inflight
+    )
     return list(itertools.islice(keys, READ_BATCH))

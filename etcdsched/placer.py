@@ -66,6 +66,10 @@ class PartitionPlacer:
         self._not_before: dict[str, int] = {}
         self._deadline_at: dict[str, int] = {}
         """Starting deadlines of queued runs that have one (from the queue entries)."""
+        self._gone: dict[str, int] = {}
+        """Queue entries this scheduler placed or dropped, by the entry's
+        mod_revision, until the watch delivers their deletion: the cache is
+        never edited by hand (a relist could then miss a delete for good)."""
         self._sorted: list[str] = []
         """Queue keys in order, kept by insertion; deleted keys are skipped
         and swept out once they are half of it (no full sort per pass)."""
@@ -80,6 +84,7 @@ class PartitionPlacer:
         if event.kind == "delete":
             self._not_before.pop(key, None)
             self._deadline_at.pop(key, None)
+            self._gone.pop(key, None)
         elif key not in self._not_before:
             at = bisect.bisect_left(self._sorted, key)
             if at == len(self._sorted) or self._sorted[at] != key:
@@ -101,18 +106,30 @@ class PartitionPlacer:
             self._sorted = [k for k in self._sorted if k in items]
         QUEUE_DEPTH.labels(partition=str(self.partition)).set(len(items))
         for key in tuple(self._sorted):  # events may insert while we are suspended
-            if key in items and not_before.get(key, 0) <= limit_ms:
+            if self.waiting(key) and not_before.get(key, 0) <= limit_ms:
                 yield key[self._prefix_len :], self.partition, key
+
+    def waiting(self, queue_key: str) -> bool:
+        """In the queue and not placed or dropped by us meanwhile."""
+        kv = self.queue.items.get(queue_key)
+        return kv is not None and self._gone.get(queue_key) != kv.mod_revision
+
+    def _mark_gone(self, queue_key: str) -> None:
+        kv = self.queue.items.get(queue_key)
+        if kv is not None:
+            self._gone[queue_key] = kv.mod_revision
 
     def deadline_keys(self, now_ms: int, limit_ms: int) -> list[str]:
         """While no worker has room only a starting deadline can change a
         run's fate: the keys whose deadline passed (known from the queue
         entries, so a full cluster reads no other queued run)."""
         expired = [k for k, at in self._deadline_at.items() if now_ms > at]
-        return [k for k in expired if k in self.queue.items and self._not_before[k] <= limit_ms]
+        return [k for k in expired if self.waiting(k) and self._not_before[k] <= limit_ms]
 
-    def earliest_ms(self) -> int | None:
-        return min(self._not_before.values(), default=None)
+    def earliest_after(self, limit_ms: int) -> int | None:
+        """The earliest not-before beyond ``limit_ms`` (a retry's backoff):
+        ready runs that cannot be placed yet wait for a change instead."""
+        return min((nb for nb in self._not_before.values() if nb > limit_ms), default=None)
 
     # -- reading ---------------------------------------------------------------
     def check_read(self, queue_key: str, kvs: list[KV]) -> Versioned[RunRecord] | None:
@@ -129,7 +146,7 @@ class PartitionPlacer:
     async def drop_queue_key(self, queue_key: str) -> None:
         """Compare: owner token (only the owner tidies its queue)."""
         await self.store.txn([self.ownership.guard(self.partition)], [Ops.delete(queue_key)])
-        self.queue.items.pop(queue_key, None)
+        self._mark_gone(queue_key)
 
     # -- deciding --------------------------------------------------------------
     async def placeable(
@@ -163,7 +180,7 @@ class PartitionPlacer:
         )
         outcome = await self.assigner.assign(worker, request)
         if outcome == ASSIGNED:
-            self.queue.items.pop(current.value.queue_key or "", None)
+            self._mark_gone(current.value.queue_key or "")
             self.placed += 1
         return outcome
 

@@ -55,8 +55,14 @@ class AttemptRunner:
     async def _settle_start(self) -> RunRecord | None:
         """Claim the attempt, or end it unstarted (cancel, shutdown). A failed
         compare means the run changed under us (e.g. a cancel landed): re-read
-        and decide again rather than walk away from an assigned run."""
-        for _ in range(10):
+        and decide again rather than walk away from an assigned run: nobody
+        else would ever end it (recovery leaves a live worker's runs alone).
+        Only the loss of our session (``_read_run`` raises) stops trying."""
+        tries = 0
+        while True:
+            if tries:
+                await self.w.clock.sleep(min(2.0, 0.05 * 2 ** min(tries, 6)))
+            tries += 1
             if self.item.revoked.is_set():
                 return None
             current = await self._assigned_run()
@@ -73,7 +79,6 @@ class AttemptRunner:
             claimed = await self._claim(current)
             if claimed is not None:
                 return claimed
-        return None
 
     async def _until_not_before(self) -> None:
         waits = [
@@ -204,7 +209,9 @@ class AttemptRunner:
         session holds: when it is lost, so is the claim), give up if the
         claim is gone."""
         conflicts = 0
-        while conflicts < 10:
+        while True:
+            if conflicts:
+                await self.w.clock.sleep(min(2.0, 0.05 * 2 ** min(conflicts, 6)))
             current = await self._read_run()
             run = current.value
             if run.state is not RunState.RUNNING or run.attempt != self.assignment.attempt:
