@@ -1,0 +1,68 @@
+"""A partition's queue bookkeeping (pure: the caches are fed events by
+hand, as their watch would): order, deadlines from the queue entries, and
+entries this scheduler placed are hidden only until the watch deletes them
+— a relist that misses the delete must not hide a re-queued run."""
+
+from __future__ import annotations
+
+from typing import cast
+
+from etcdsched.assigner import Assigner
+from etcdsched.cache import PrefixCache
+from etcdsched.clock import FakeClock
+from etcdsched.codec import encode
+from etcdsched.keys import Keys
+from etcdsched.models import QueueEntry
+from etcdsched.ownership import Ownership
+from etcdsched.placer import PartitionPlacer
+from etcdsched.store import KV, Event, Store
+
+K = Keys("/t/")
+
+
+def placer() -> PartitionPlacer:
+    store, clock = cast(Store, None), FakeClock(0)
+    active = PrefixCache(store, clock, K.active_prefix(3))
+    return PartitionPlacer(3, store, K, clock, cast(Ownership, None), active, Assigner(store, K))
+
+
+def queued(
+    p: PartitionPlacer, rid: str, not_before: int, revision: int, deadline: int | None = None
+) -> str:
+    key = K.queue(3, 0, not_before, rid)
+    kv = KV(key, encode(QueueEntry(run_id=rid, deadline_ms=deadline)), revision, revision, 1)
+    p.queue.items[key] = kv
+    p._on_queue_event(Event("put", kv))
+    return key
+
+
+def test_ready_keys_come_in_queue_order_within_the_limit() -> None:
+    p = placer()
+    late = queued(p, "j@00000000000300", 300, 1)
+    early = queued(p, "j@00000000000100", 100, 2)
+    future = queued(p, "j@00000000009000", 9000, 3)
+    assert [k for _, _, k in p.ready_keys(1000)] == [early, late]
+    assert p.earliest_after(1000) == 9000 and future in p.queue.items
+
+
+def test_deadlines_come_from_the_queue_entries() -> None:
+    p = placer()
+    soon = queued(p, "a@00000000000100", 100, 1, deadline=500)
+    queued(p, "b@00000000000100", 100, 2)
+    assert p.deadline_keys(now_ms=400, limit_ms=1000) == []
+    assert p.deadline_keys(now_ms=600, limit_ms=1000) == [soon]
+
+
+def test_a_placed_entry_is_hidden_until_deleted_but_a_requeue_shows_again() -> None:
+    p = placer()
+    key = queued(p, "j@00000000000100", 100, 5)
+    p._mark_gone(key)  # placed by us; the watch has not delivered the delete yet
+    assert list(p.ready_keys(1000)) == []
+    # a relist that happened after a hand-back re-queued the same key: new revision
+    kv = KV(key, p.queue.items[key].value, 9, 9, 1)
+    p.queue.items[key] = kv
+    p._on_queue_event(Event("put", kv))
+    assert [k for _, _, k in p.ready_keys(1000)] == [key]
+    p._on_queue_event(Event("delete", kv))
+    p.queue.items.pop(key)
+    assert list(p.ready_keys(1000)) == [] and p.earliest_after(0) is None
