@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from etcdsched.cache import PrefixCache
@@ -25,10 +25,11 @@ from etcdsched.errors import OutcomeUnknown, OwnershipLost, StoreRejected
 from etcdsched.keys import Keys, run_seq
 from etcdsched.metrics import FIRES
 from etcdsched.models import ActivePointer, DueEntry, SkipRecord
+from etcdsched.overlap import ActiveByJob, overlap_skip, overlap_verdict
 from etcdsched.ownership import Ownership
 from etcdsched.planning import FirePlan, PlannedRun, plan_fire
 from etcdsched.runs import RunOps, RunOrigin, new_run
-from etcdsched.store import KV, Cmp, Compare, Event, Op, Ops, Store
+from etcdsched.store import KV, Cmp, Compare, Op, Ops, Store
 
 log = logging.getLogger(__name__)
 MAX_TXN_OPS = 120  # etcd refuses more than --max-txn-ops (default 128) per branch
@@ -45,47 +46,12 @@ class EntryWrite:
     next_kv: tuple[str, DueEntry] | None = None
 
 
-class ActiveByJob(dict[str, list[ActivePointer]]):
-    """Job id -> its active runs, filled on first lookup."""
-
-    def __init__(self, load: Callable[[str], list[ActivePointer]]) -> None:
-        super().__init__()
-        self._load = load
-
-    def __missing__(self, job_id: str) -> list[ActivePointer]:
-        pointers = self[job_id] = self._load(job_id)
-        return pointers
-
-
 @dataclass
 class FireStats:
     fired: int = 0
     skipped: int = 0
     batches: int = 0
     conflicts: int = 0
-
-
-def active_runs_cache(
-    store: Store,
-    clock: Clock,
-    keys: Keys,
-    partition: int,
-    on_event: Callable[[Event], None] | None = None,
-) -> PrefixCache:
-    """The active pointers of one partition, grouped by job: what the firer
-    (overlap policy) and the placer (queue_one) ask about one job at a time."""
-
-    def job_of(key: str) -> str:
-        return keys.parse_active(key)[1].job_id
-
-    return PrefixCache(
-        store,
-        clock,
-        keys.active_prefix(partition),
-        relist_every=15,
-        on_event=on_event,
-        group_by=job_of,
-    )
 
 
 class PartitionFirer:
@@ -245,9 +211,9 @@ class PartitionFirer:
                 reason=slot.reason,
                 created_by=self.ownership.signature,
             )
-            verdict = self._overlap(entry, active)
+            verdict = overlap_verdict(entry, active)
             if verdict == "skip":
-                skips.append(self._overlap_skip(entry, slot.slot_ms, now_ms))
+                skips.append(overlap_skip(entry, slot.slot_ms, now_ms))
                 continue
             compares, ops = self.runs.create(run)
             if entry.spec.overlap == "skip":
@@ -260,31 +226,6 @@ class PartitionFirer:
             write.created.append(run.id)
             active.append(ActivePointer(run_id=run.id))
         return skips
-
-    @staticmethod
-    def _overlap(entry: DueEntry, active: list[ActivePointer]) -> str:
-        """``create``, ``skip`` or ``cancel`` (create and cancel the others)."""
-        policy = entry.spec.overlap
-        if not active or policy == "allow":
-            return "create"
-        if policy == "skip":
-            return "skip"
-        if policy == "cancel_previous":
-            return "cancel"
-        waiting = [p for p in active if p.worker is None]
-        return "skip" if waiting else "create"  # queue_one: at most one waits
-
-    @staticmethod
-    def _overlap_skip(entry: DueEntry, slot_ms: int, now_ms: int) -> SkipRecord:
-        return SkipRecord(
-            job_id=entry.job_id,
-            first_slot_ms=slot_ms,
-            last_slot_ms=slot_ms,
-            count=1,
-            reason="overlap",
-            detail=f"overlap policy {entry.spec.overlap}: a previous run is still active",
-            created_ms=now_ms,
-        )
 
     def _due_ops(
         self, kv: KV, entry: DueEntry, nxt: DueEntry | None, write: EntryWrite

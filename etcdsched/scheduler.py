@@ -24,11 +24,12 @@ from etcdsched.cache import PrefixCache, versions, wait_any_change
 from etcdsched.clock import Clock
 from etcdsched.config import Config
 from etcdsched.errors import EtcdschedError, OwnershipLost, StoreUnavailable
-from etcdsched.firing import PartitionFirer, active_runs_cache
+from etcdsched.firing import PartitionFirer
 from etcdsched.keys import Keys
 from etcdsched.logstore import LogStore
 from etcdsched.metrics import PARTITIONS_OWNED
 from etcdsched.models import ClusterMeta, OwnerRecord, SchedulerMember
+from etcdsched.overlap import active_runs_cache
 from etcdsched.ownership import Ownership, desired_owners
 from etcdsched.placement_loop import PlacementLoop
 from etcdsched.placer import PartitionPlacer

@@ -23,8 +23,9 @@ from etcdsched.bench.results import ScenarioResult, Table, Target
 from etcdsched.clock import SystemClock
 from etcdsched.cronwall import ms_to_utc
 from etcdsched.etcd_store import EtcdStore
-from etcdsched.firing import PartitionFirer, active_runs_cache
+from etcdsched.firing import PartitionFirer
 from etcdsched.keys import Keys
+from etcdsched.overlap import active_runs_cache
 from etcdsched.ownership import Ownership
 from etcdsched.session import Session
 

@@ -13,11 +13,12 @@ import asyncio
 
 from etcdsched.clock import SystemClock
 from etcdsched.etcd_store import EtcdOptions, EtcdStore
-from etcdsched.firing import PartitionFirer, active_runs_cache
+from etcdsched.firing import PartitionFirer
 from etcdsched.jobs import JobService
 from etcdsched.keys import Keys
 from etcdsched.ledger import account
 from etcdsched.models import RunRecord
+from etcdsched.overlap import active_runs_cache
 from etcdsched.ownership import Ownership
 from etcdsched.scheduler import ensure_cluster
 from etcdsched.session import Session

@@ -7,10 +7,11 @@ import asyncio
 from etcdsched.clock import SystemClock
 from etcdsched.errors import OutcomeUnknown
 from etcdsched.etcd_store import EtcdOptions, EtcdStore
-from etcdsched.firing import PartitionFirer, active_runs_cache
+from etcdsched.firing import PartitionFirer
 from etcdsched.jobs import JobService, due_entry
 from etcdsched.keys import Keys, partition_of
 from etcdsched.models import JobRecord
+from etcdsched.overlap import active_runs_cache
 from etcdsched.ownership import Ownership
 from etcdsched.scheduler import ensure_cluster
 from etcdsched.session import Session
