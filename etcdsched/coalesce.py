@@ -44,6 +44,9 @@ from etcdsched.store import (
 T = TypeVar("T")
 MAX_OPS = 120
 """Per branch, under etcd's default --max-txn-ops of 128."""
+IN_FLIGHT = 2
+"""Combined transactions out at once: a claim due now does not wait a
+whole round trip behind a batch of reports."""
 
 
 @dataclass
@@ -70,7 +73,10 @@ class CoalescingStore:
         self._reads: dict[str, list[asyncio.Future[KV | None]]] = {}
         self._txns: list[_Txn] = []
         self._reader: asyncio.Task[None] | None = None
-        self._writer: asyncio.Task[None] | None = None
+        self._sending: set[asyncio.Task[None]] = set()
+        self._busy: set[str] = set()
+        """Keys of the transactions in flight."""
+        self._closed = False
 
     # -- reads ---------------------------------------------------------------
     async def get(self, key: str) -> KV | None:
@@ -102,44 +108,65 @@ class CoalescingStore:
         keys = frozenset([*(c.key for c in compares), *(o.key for o in success)])
         future: asyncio.Future[TxnResult] = asyncio.get_running_loop().create_future()
         self._txns.append(_Txn(compares, success, failure, future, keys))
-        if self._writer is None or self._writer.done():
-            self._writer = asyncio.create_task(self._write_loop())
+        self._kick()
         return await future
 
-    async def _write_loop(self) -> None:
-        while self._txns:
+    def _kick(self) -> None:
+        """Send batches while fewer than ``IN_FLIGHT`` are out."""
+        while self._txns and len(self._sending) < IN_FLIGHT and not self._closed:
             batch = self._take()
+            if not batch:
+                return  # what is left waits for keys in flight
+            task = asyncio.create_task(self._send(batch))
+            self._sending.add(task)
+            task.add_done_callback(self._sent)
+
+    def _sent(self, task: asyncio.Task[None]) -> None:
+        self._sending.discard(task)
+        self._kick()
+
+    async def _send(self, batch: list[_Txn]) -> None:
+        try:
             if len(batch) == 1:
                 await self._alone(batch[0])
             else:
                 await self._together(batch)
+        finally:
+            for item in batch:
+                self._busy -= item.keys
 
     def _take(self) -> list[_Txn]:
-        """The next batch: in arrival order, no shared keys, within limits."""
+        """The next batch: in arrival order, no key shared with another
+        member or with a batch in flight (a request waits behind every
+        earlier one on its keys), within etcd's limits. A key-range request
+        goes alone, and only when nothing else is in flight."""
         batch: list[_Txn] = []
-        used: set[str] = set()
+        used = set(self._busy)
         compares = ops = 0
         rest: list[_Txn] = []
         for item in self._txns:
             if item.done.done():
                 continue  # its caller was cancelled: do not send it
-            fits = (
-                not item.ranged
-                and not (batch and batch[0].ranged)
-                and not item.keys & used
-                and compares + len(item.compares) <= MAX_OPS
-                and ops + len(item.success) <= MAX_OPS
-            )
-            if fits or not batch:
+            if self._joins(item, batch, used, compares, ops):
                 batch.append(item)
-                used |= item.keys
                 compares += len(item.compares)
                 ops += len(item.success)
             else:
                 rest.append(item)
-                used |= item.keys  # later requests on its keys wait behind it
+            used |= item.keys
         self._txns = rest
+        for item in batch:
+            self._busy |= item.keys
         return batch
+
+    def _joins(
+        self, item: _Txn, batch: list[_Txn], used: set[str], compares: int, ops: int
+    ) -> bool:
+        if item.keys & used:
+            return False
+        if item.ranged or (batch and batch[0].ranged):
+            return not batch and not self._sending
+        return compares + len(item.compares) <= MAX_OPS and ops + len(item.success) <= MAX_OPS
 
     async def _alone(self, item: _Txn) -> None:
         try:
@@ -210,7 +237,8 @@ class CoalescingStore:
         return await self.inner.server_version()
 
     async def close(self) -> None:
-        for task in (self._reader, self._writer):
+        self._closed = True
+        for task in (self._reader, *self._sending):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

@@ -43,8 +43,14 @@ class AttemptRunner:
         self.claim_key = ""
 
     async def execute(self) -> None:
+        # read the run now, not at its instant: the claim at not-before is
+        # then one round trip (a run changed meanwhile fails the claim's
+        # compare and is read again)
+        early = await self._assigned_run()
+        if early is None:
+            return
         await self._until_not_before()
-        claimed = await self._settle_start()
+        claimed = await self._settle_start(early)
         if claimed is None:
             return
         outcome, exit_code, reason = await self._supervise(claimed)
@@ -52,7 +58,7 @@ class AttemptRunner:
             return  # revoked or fenced: someone else decides this attempt
         await self._report(outcome, exit_code, reason)
 
-    async def _settle_start(self) -> RunRecord | None:
+    async def _settle_start(self, early: Versioned[RunRecord]) -> RunRecord | None:
         """Claim the attempt, or end it unstarted (cancel, shutdown). A failed
         compare means the run changed under us (e.g. a cancel landed): re-read
         and decide again rather than walk away from an assigned run: nobody
@@ -65,7 +71,7 @@ class AttemptRunner:
             tries += 1
             if self.item.revoked.is_set():
                 return None
-            current = await self._assigned_run()
+            current = early if tries == 1 else await self._assigned_run()
             if current is None:
                 return None  # no longer assigned to us for this attempt
             if self.item.shutdown.is_set():
