@@ -30,6 +30,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
@@ -97,7 +98,12 @@ class Executor(Protocol):
     """Starts the process of one attempt of a run, its output going to ``log``."""
 
     async def start(
-        self, run: RunRecord, attempt: int, worker_id: str, log: LogWriter
+        self,
+        run: RunRecord,
+        attempt: int,
+        worker_id: str,
+        log: LogWriter,
+        guard: Callable[[int], None] | None = None,
     ) -> Process: ...
 
 
@@ -329,14 +335,22 @@ class ProcessExecutor:
     """Runs commands (and containers, through the docker or podman CLI) as
     local processes in their own session."""
 
-    async def start(self, run: RunRecord, attempt: int, worker_id: str, log: LogWriter) -> Process:
+    async def start(
+        self,
+        run: RunRecord,
+        attempt: int,
+        worker_id: str,
+        log: LogWriter,
+        guard: Callable[[int], None] | None = None,
+    ) -> Process:
         env = job_environment(run, attempt, worker_id)
         execution = run.spec.execution
         grace = run.spec.kill_grace.total_seconds()
         if isinstance(execution, ContainerExecution):
             argv, name = container_command(execution, run, attempt, worker_id)
-            return await self._spawn(argv, env, None, log, grace, [argv[0], "rm", "-f", name])
-        return await self._spawn(command_argv(execution), env, execution.cwd, log, grace)
+            cleanup = [argv[0], "rm", "-f", name]
+            return await self._spawn(argv, env, None, log, grace, guard, cleanup)
+        return await self._spawn(command_argv(execution), env, execution.cwd, log, grace, guard)
 
     async def _spawn(
         self,
@@ -345,12 +359,25 @@ class ProcessExecutor:
         cwd: str | None,
         log: LogWriter,
         grace: float,
+        guard: Callable[[int], None] | None,
         runtime_cleanup: list[str] | None = None,
     ) -> Process:
+        """Start the job behind a gate: a shell that waits for one line on
+        its stdin before it execs the job. ``guard`` (the watchdog) learns
+        the process group first; only then is the gate opened. An agent
+        killed between the fork and that moment leaves a gate that reads
+        end-of-file and exits without running the job, instead of a job
+        nobody guards (found by the 30-minute fault run: a kill -9 landed
+        there and the job outlived its lost attempt's rerun)."""
+        missing = _not_executable(argv[0], env, cwd)
+        if missing is not None:
+            return _failed_start(argv, cwd, missing, log)
+        gate_read, gate_write = os.pipe()
         try:
             proc = await asyncio.create_subprocess_exec(
+                *GATE,
                 *argv,
-                stdin=subprocess.DEVNULL,
+                stdin=gate_read,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 env=env,
@@ -358,8 +385,35 @@ class ProcessExecutor:
                 start_new_session=True,
             )
         except OSError as error:
+            os.close(gate_write)
             return _failed_start(argv, cwd, error, log)
+        finally:
+            os.close(gate_read)
+        try:
+            if guard is not None:
+                guard(proc.pid)
+            os.write(gate_write, b"go\n")
+        finally:
+            os.close(gate_write)
         return _GroupProcess(proc, log, grace, runtime_cleanup)
+
+
+GATE = ["/bin/sh", "-c", 'read -r _ || exit 125; exec </dev/null; exec "$@"', "etcdsched-gate"]
+"""Waits for the worker's go (its stdin), gives the job /dev/null as stdin."""
+
+
+def _not_executable(program: str, env: dict[str, str], cwd: str | None) -> OSError | None:
+    """The error exec would give, checked before the gate hides it."""
+    if "/" in program:
+        program = os.path.join(cwd or "", program)
+        if not os.path.exists(program):
+            return FileNotFoundError(2, "No such file or directory", program)
+        if not os.access(program, os.X_OK) or os.path.isdir(program):
+            return PermissionError(13, "Permission denied", program)
+        return None
+    if shutil.which(program, path=env.get("PATH", os.defpath)) is None:
+        return FileNotFoundError(2, "No such file or directory", program)
+    return None
 
 
 def _failed_start(argv: list[str], cwd: str | None, error: OSError, log: LogWriter) -> Process:
@@ -421,5 +475,12 @@ class NoopExecutor:
     reports exit code 0. No process, so ``pid``/``pgid`` are None and the
     watchdog has nothing to guard. Never use it to run real jobs."""
 
-    async def start(self, run: RunRecord, attempt: int, worker_id: str, log: LogWriter) -> Process:
+    async def start(
+        self,
+        run: RunRecord,
+        attempt: int,
+        worker_id: str,
+        log: LogWriter,
+        guard: Callable[[int], None] | None = None,
+    ) -> Process:
         return _EndedProcess(ExitStatus(0, None))

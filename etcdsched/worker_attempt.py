@@ -172,10 +172,10 @@ class AttemptRunner:
         timeout, cancel, revoke, shutdown. ``None`` outcome = do not report."""
         writer = self.w.logs.open_writer(run.id, run.attempt)
         try:
-            process = await self.w.executor.start(run, run.attempt, self.w.member_id, writer)
+            process = await self.w.executor.start(
+                run, run.attempt, self.w.member_id, writer, guard=self.w.watchdog.add
+            )
             self.item.process = process
-            if process.pgid is not None:
-                self.w.watchdog.add(process.pgid)
             try:
                 return await self._wait_outcome(run, process)
             finally:

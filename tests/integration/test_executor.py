@@ -4,6 +4,7 @@ fake runtime CLI."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -368,3 +369,27 @@ async def test_no_container_runtime_is_invalid_input(
     with pytest.raises(InvalidInput) as raised:
         await ProcessExecutor().start(run, 1, "worker-7", log)
     assert raised.value.field == "execution.runtime"
+
+
+async def test_a_job_waits_for_its_guard_and_never_runs_if_the_agent_dies_first(
+    tmp_path: Path, log: LogWriter
+) -> None:
+    """The watchdog must know the process group before the job runs: the
+    gate opens only after ``guard``; if the agent dies before that (here
+    the guard raises), the gate reads end-of-file and the job never runs."""
+    marker = tmp_path / "ran"
+    guarded: list[int] = []
+    run = make_run({"argv": ["touch", str(marker)], "cwd": str(tmp_path)})
+    process = await ProcessExecutor().start(run, 2, "worker-7", log, guard=guarded.append)
+    assert (await process.wait()).exit_code == 0 and marker.exists()
+    assert guarded == [process.pgid]
+
+    marker.unlink()
+
+    def agent_dies(pgid: int) -> None:
+        raise RuntimeError("killed between fork and go")
+
+    with pytest.raises(RuntimeError):
+        await ProcessExecutor().start(run, 2, "worker-7", log, guard=agent_dies)
+    await asyncio.sleep(0.5)
+    assert not marker.exists()
