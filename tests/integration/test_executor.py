@@ -23,8 +23,8 @@ from etcdsched.executor import (
     NoopExecutor,
     Process,
     ProcessExecutor,
-    command_argv,
 )
+from etcdsched.job_commands import command_argv
 from etcdsched.logstore import DirLogStore, LogWriter
 from etcdsched.models import RunRecord
 from etcdsched.spec import CommandExecution, JobSpec
