@@ -8,7 +8,7 @@ import socket
 import uuid
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from etcdsched.etcd_store import EtcdOptions
@@ -43,7 +43,7 @@ class Config(BaseSettings):
     reconcile_every: float = Field(5.0, gt=0)
 
     # worker
-    worker_slots: int = Field(4, ge=0)
+    worker_slots: int = Field(4, ge=0, le=1_000_000)
     worker_cpu: float = Field(0.0, ge=0)
     worker_memory_mb: int = Field(0, ge=0)
     worker_gpu: int = Field(0, ge=0)
@@ -60,6 +60,17 @@ class Config(BaseSettings):
     api_host: str = "127.0.0.1"
     api_port: int = 8080
     max_body_bytes: int = 1_048_576
+
+    @model_validator(mode="after")
+    def _horizon_covers_lookahead(self) -> Config:
+        """The firer holds due entries up to the horizon in memory; a
+        lookahead past it would silently fire no earlier than the horizon."""
+        if self.horizon_ms <= self.lookahead_ms:
+            raise ValueError(
+                f"horizon_ms ({self.horizon_ms}) must be greater than lookahead_ms"
+                f" ({self.lookahead_ms})"
+            )
+        return self
 
     def etcd_options(self) -> EtcdOptions:
         return EtcdOptions(

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from etcdsched.spec import JobSpec, Resources
+from etcdsched.spec import Capacity, JobSpec, Resources
 from etcdsched.statemachine import (
     OUTCOME_STATES,
     RunState,
@@ -221,7 +221,7 @@ class WorkerMember(Record):
     """A live worker's advertisement (bound to its lease)."""
 
     id: str
-    capacity: Resources
+    capacity: Capacity
     labels: dict[str, str] = Field(default_factory=dict)
     host: str = ""
     pid: int = 0

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from etcdsched.models import WorkerMember
-from etcdsched.spec import Resources
+from etcdsched.spec import Capacity, Resources
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class WorkerView:
         """This view with one more run on the worker (same revision)."""
         view = WorkerView(self.member, {**self.runs, run_id: need}, self.revision)
         free = self.free()
-        left = Resources(
+        left = Capacity.model_construct(
             slots=max(0, free.slots - need.slots),
             cpu=max(0.0, free.cpu - need.cpu),
             memory_mb=max(0, free.memory_mb - need.memory_mb),
@@ -37,19 +37,20 @@ class WorkerView:
         object.__setattr__(view, "_free", left)  # seed the cache: no re-summing
         return view
 
-    def free(self) -> Resources:
-        """Cached: placement asks every view for it once per candidate run."""
+    def free(self) -> Capacity:
+        """Cached: placement asks every view for it once per candidate run.
+        Built unvalidated: the values are differences of validated ones."""
         return self._free
 
     @cached_property
-    def _free(self) -> Resources:
+    def _free(self) -> Capacity:
         used = self.runs.values()
         used_slots = sum(r.slots for r in used)
         used_cpu = sum(r.cpu for r in used)
         used_mem = sum(r.memory_mb for r in used)
         used_gpu = sum(r.gpu for r in used)
         cap = self.member.capacity
-        return Resources(
+        return Capacity.model_construct(
             slots=max(0, cap.slots - used_slots),
             cpu=max(0.0, cap.cpu - used_cpu),
             memory_mb=max(0, cap.memory_mb - used_mem),

@@ -89,6 +89,14 @@ class Resources(_Strict):
     gpu: int = Field(0, ge=0, le=64)
 
 
+class Capacity(Resources):
+    """What one worker offers: the dimensions of :class:`Resources`, with
+    room for far more concurrent runs than one run may ask for (a worker of
+    short or idle jobs can hold thousands)."""
+
+    slots: int = Field(4, ge=0, le=1_000_000)
+
+
 class Retention(_Strict):
     """How much history of finished runs stays in etcd."""
 

@@ -71,6 +71,7 @@ TRANSITIONS: dict[RunState, frozenset[RunState]] = {
             RunState.RETRY_WAIT,
             RunState.LOST,
             RunState.CANCELLED,
+            RunState.TIMED_OUT,  # hung: claimed, due, never said it started
         }
     ),
     RunState.RUNNING: frozenset(

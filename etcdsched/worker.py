@@ -37,7 +37,7 @@ from etcdsched.models import (
 )
 from etcdsched.runs import RunOps
 from etcdsched.session import Session
-from etcdsched.spec import Resources
+from etcdsched.spec import Capacity
 from etcdsched.store import Event, Ops, Store
 from etcdsched.watchdog import Watchdog
 from etcdsched.worker_attempt import AttemptRunner
@@ -139,7 +139,7 @@ class WorkerService:
         cfg = self.config
         member = WorkerMember(
             id=self.member_id,
-            capacity=Resources(
+            capacity=Capacity(
                 slots=cfg.worker_slots,
                 cpu=cfg.worker_cpu,
                 memory_mb=cfg.worker_memory_mb,

@@ -1,14 +1,27 @@
-"""One attempt on a worker: claim, start, supervise, report.
+"""One attempt on a worker: claim on arrival, start on its own timer,
+supervise, report.
+
+The claim is taken when the assignment arrives, ahead of the not-before
+instant, so at that instant the worker starts the process from its own
+timer with etcd off the critical path (a burst of runs due at one instant
+costs a local start each, not a round trip each). The run says ``running``
+right after the start.
 
 Transactions and their compares:
 
-* claim — *the run is unchanged since we read it as assigned to us* (its
-  ``mod_revision``) and *nobody holds a claim on it* (claim key absent):
-  puts the claim under our lease, the run as running, and its active
-  pointer with the hung-detection deadline;
+* claim (on arrival) — *the run is unchanged since we read it as assigned
+  to us* (its ``mod_revision``) and *nobody holds a claim on it* (claim key
+  absent): puts the claim under our lease and the run's active pointer with
+  the hung-detection deadline. From here only our lease's expiry (which
+  self-fencing outruns) or a hung verdict can take the attempt from us;
+* started (after the start) — *our claim is still there, byte for byte*
+  and *the run is unchanged*: the run becomes ``running`` with its start
+  time and pid. A refused write with our claim gone means the attempt was
+  taken back: the process is killed;
 * report — *our claim is still there, byte for byte* (same worker, attempt,
   lease): a lost or hung attempt's claim was deleted, so its report fails;
-* hand back (shutdown before start) — *the run is unchanged*.
+* hand back, cancelled before start — *the run is unchanged*; both delete
+  our claim with the assignment.
 """
 
 from __future__ import annotations
@@ -31,6 +44,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 HUNG_SLACK_MS = 5000
 
+Outcome = tuple[str | None, int | None, str]
+"""(outcome, exit code, reason); outcome ``None`` = do not report."""
+
 
 class AttemptRunner:
     def __init__(self, worker: WorkerService, item: Running, session: Session) -> None:
@@ -43,37 +59,42 @@ class AttemptRunner:
         self.claim_key = ""
 
     async def execute(self) -> None:
-        # read the run now, not at its instant: the claim at not-before is
-        # then one round trip (a run changed meanwhile fails the claim's
-        # compare and is read again)
-        early = await self._assigned_run()
-        if early is None:
+        current = await self._assigned_run()
+        if current is None:
+            return
+        held = await self._settle(current, claimed=False)
+        if held is None:
             return
         await self._until_not_before()
-        claimed = await self._settle_start(early)
-        if claimed is None:
+        held = await self._settle(held, claimed=True)
+        if held is None:
             return
-        outcome, exit_code, reason = await self._supervise(claimed)
+        outcome, exit_code, reason = await self._run_attempt(held)
         if outcome is None or self.session.lost:
             return  # revoked or fenced: someone else decides this attempt
         await self._report(outcome, exit_code, reason)
 
-    async def _settle_start(self, early: Versioned[RunRecord]) -> RunRecord | None:
-        """Claim the attempt, or end it unstarted (cancel, shutdown). A failed
-        compare means the run changed under us (e.g. a cancel landed): re-read
-        and decide again rather than walk away from an assigned run: nobody
-        else would ever end it (recovery leaves a live worker's runs alone).
-        Only the loss of our session (``_read_run`` raises) stops trying."""
+    async def _settle(
+        self, current: Versioned[RunRecord], claimed: bool
+    ) -> Versioned[RunRecord] | None:
+        """Go on with the attempt (claiming it first unless ``claimed``), or
+        end it unstarted (revoked, cancel, shutdown); ``None`` = ended. A
+        failed compare means the run changed under us (e.g. a cancel
+        landed): re-read and decide again rather than walk away from an
+        assigned run: nobody else would ever end it (recovery leaves a live
+        worker's runs alone). Only the loss of our session (``_read_run``
+        raises) stops trying."""
         tries = 0
         while True:
             if tries:
                 await self.w.clock.sleep(min(2.0, 0.05 * 2 ** min(tries, 6)))
+                reread = await self._assigned_run()
+                if reread is None:
+                    return None  # no longer assigned to us for this attempt
+                current = reread
             tries += 1
             if self.item.revoked.is_set():
                 return None
-            current = early if tries == 1 else await self._assigned_run()
-            if current is None:
-                return None  # no longer assigned to us for this attempt
             if self.item.shutdown.is_set():
                 if await self._hand_back(current):
                     return None
@@ -82,9 +103,8 @@ class AttemptRunner:
                 if await self._report_unstarted(current):
                     return None
                 continue
-            claimed = await self._claim(current)
-            if claimed is not None:
-                return claimed
+            if claimed or await self._claim(current):
+                return current
 
     async def _until_not_before(self) -> None:
         waits = [
@@ -122,11 +142,12 @@ class AttemptRunner:
             return None
         return current
 
-    async def _claim(self, current: Versioned[RunRecord]) -> RunRecord | None:
+    async def _claim(self, current: Versioned[RunRecord]) -> bool:
+        """Take the attempt: claim key under our lease and the active pointer
+        (compares: run unchanged, no claim on it). The run itself is not
+        written: it stays ``assigned`` until the process has started."""
         self.session.check()
         run = current.value
-        now = self.w.clock.now_ms()
-        started = start_attempt(run, now, pid=None)
         claim = Claim(
             run_id=run.id, worker=self.w.member_id, attempt=run.attempt, lease=self.session.lease_id
         )
@@ -135,26 +156,22 @@ class AttemptRunner:
         deadline = None
         if run.spec.timeout is not None:
             budget = (run.spec.timeout + run.spec.kill_grace).total_seconds() * 1000
-            deadline = now + int(budget) + HUNG_SLACK_MS
+            begins = max(self.w.clock.now_ms(), self.assignment.not_before_ms)
+            deadline = begins + int(budget) + HUNG_SLACK_MS
         pointer = ActivePointer(
             run_id=run.id, worker=self.w.member_id, attempt=run.attempt, deadline_ms=deadline
         )
         ops = [
             Ops.put(self.claim_key, self.claim_bytes, lease=self.session.lease_id),
-            Ops.put(current.key, started),
             Ops.put(self.w.keys.active(run.partition, run.id), pointer),
         ]
         try:
             result = await self.w.store.txn(
                 [Cmp.mod(current.key, current.mod_revision), Cmp.absent(self.claim_key)], ops
             )
-            ok = result.succeeded
+            return result.succeeded
         except StoreUnavailable:  # outcome unknown: did our claim land?
-            ok = await self._claim_landed()
-        if not ok:
-            return None
-        self.w.observe_start(now - self.assignment.not_before_ms)
-        return started
+            return await self._claim_landed()
 
     async def _claim_landed(self) -> bool:
         delay = 0.1
@@ -167,16 +184,31 @@ class AttemptRunner:
                 await self.w.clock.sleep(delay)
                 delay = min(2.0, delay * 2)
 
-    async def _supervise(self, run: RunRecord) -> tuple[str | None, int | None, str]:
-        """Start the process and wait for whichever comes first: exit,
-        timeout, cancel, revoke, shutdown. ``None`` outcome = do not report."""
+    async def _run_attempt(self, held: Versioned[RunRecord]) -> Outcome:
+        """Start the process, say so, and wait for whichever comes first:
+        exit, timeout, cancel, revoke, shutdown."""
+        run = held.value
         writer = self.w.logs.open_writer(run.id, run.attempt)
         try:
-            process = await self.w.executor.start(
-                run, run.attempt, self.w.member_id, writer, guard=self.w.watchdog.add
-            )
+            self.session.check()
+            try:
+                process = await self.w.executor.start(
+                    run, run.attempt, self.w.member_id, writer, guard=self.w.watchdog.add
+                )
+            except Exception as exc:  # e.g. fork failed: the attempt failed, say why
+                log.exception("run %s: could not start", self.rid)
+                if not await self._mark_running(held, self.w.clock.now_ms(), None):
+                    return None, None, ""
+                return "failed", None, f"could not start: {exc}"
             self.item.process = process
             try:
+                started_ms = self.w.clock.now_ms()
+                self.w.observe_start(started_ms - self.assignment.not_before_ms)
+                # every run due at this instant starts before any says so
+                await asyncio.sleep(0)
+                if not await self._mark_running(held, started_ms, process.pid):
+                    await process.stop(0)  # the attempt was taken back
+                    return None, None, ""
                 return await self._wait_outcome(run, process)
             finally:
                 if process.pgid is not None:
@@ -184,9 +216,45 @@ class AttemptRunner:
         finally:
             writer.close()
 
-    async def _wait_outcome(
-        self, run: RunRecord, proc: Process
-    ) -> tuple[str | None, int | None, str]:
+    async def _mark_running(
+        self, held: Versioned[RunRecord], started_ms: int, pid: int | None
+    ) -> bool:
+        """assigned -> running (compares: our claim, byte for byte; the run
+        unchanged). False when the claim is gone or the run is no longer
+        ours to start (e.g. recovery ended it)."""
+        current = held
+        while True:
+            running = start_attempt(current.value, started_ms, pid=pid)
+            try:
+                result = await self.w.store.txn(
+                    [
+                        Cmp.value(self.claim_key, self.claim_bytes),
+                        Cmp.mod(current.key, current.mod_revision),
+                    ],
+                    [Ops.put(current.key, running)],
+                    [Ops.get(self.claim_key)],
+                )
+            except StoreUnavailable:
+                result = None  # outcome unknown: the re-read below tells
+            if result is not None:
+                if result.succeeded:
+                    return True
+                claim_now = result.responses[0] if result.responses else []
+                if not claim_now or claim_now[0].value != self.claim_bytes:
+                    return False
+            await self.w.clock.sleep(0.05 if result is not None else 0.2)
+            current = await self._read_run()
+            run = current.value
+            if run.worker != self.w.member_id or run.attempt != self.assignment.attempt:
+                return False
+            if run.state is RunState.RUNNING:
+                return True  # our write landed after all
+            if run.state is not RunState.ASSIGNED:
+                return False
+            if run.cancel_requested:
+                self.item.cancel.set()  # stop it at once, report cancelled
+
+    async def _wait_outcome(self, run: RunRecord, proc: Process) -> Outcome:
         timeout = run.spec.timeout.total_seconds() if run.spec.timeout else None
         grace = run.spec.kill_grace.total_seconds()
         exit_task = asyncio.create_task(proc.wait())
@@ -261,7 +329,7 @@ class AttemptRunner:
         ``cancelled`` (compare: run unchanged)."""
         now = self.w.clock.now_ms()
         run = finish_attempt(current.value, "cancelled", now, reason="cancelled before start")
-        ops = [Ops.delete(self.w.keys.assign(self.w.member_id, run.id)), *self.w.runs.settle(run)]
+        ops = [*self._release(), *self.w.runs.settle(run)]
         return await self._try([Cmp.mod(current.key, current.mod_revision)], ops)
 
     async def _hand_back(self, current: Versioned[RunRecord]) -> bool:
@@ -271,8 +339,15 @@ class AttemptRunner:
         undo = {"attempt": run.attempt - 1, "attempts": run.attempts[:-1], "worker": None}
         run = run.model_copy(update=undo)
         _, requeue = self.w.runs.requeue(run)
-        ops = [Ops.delete(self.w.keys.assign(self.w.member_id, run.id)), *requeue]
+        ops = [*self._release(), *requeue]
         return await self._try([Cmp.mod(current.key, current.mod_revision)], ops)
+
+    def _release(self) -> list[Op]:
+        """Drop the assignment (frees our capacity) and our claim, if taken."""
+        ops = [Ops.delete(self.w.keys.assign(self.w.member_id, self.rid))]
+        if self.claim_key:
+            ops.append(Ops.delete(self.claim_key))
+        return ops
 
     async def _try(self, compares: list[Compare], ops: list[Op]) -> bool:
         try:
@@ -289,7 +364,7 @@ def _exit_outcome(status: ExitStatus) -> tuple[str, int | None, str]:
     return "failed", None, f"killed by signal {status.signal}"
 
 
-def _interrupt_outcome(fired: str, timeout: float | None) -> tuple[str | None, int | None, str]:
+def _interrupt_outcome(fired: str, timeout: float | None) -> Outcome:
     if fired == "revoked":
         return None, None, ""
     if fired == "shutdown":

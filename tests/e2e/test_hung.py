@@ -4,6 +4,7 @@ the partition owner revokes the claim and records ``timed_out``."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from etcdsched.executor import ExitStatus
 from etcdsched.logstore import LogWriter
@@ -34,7 +35,12 @@ class StuckProcess:
 
 class StuckExecutor:
     async def start(
-        self, run: RunRecord, attempt: int, worker_id: str, log: LogWriter
+        self,
+        run: RunRecord,
+        attempt: int,
+        worker_id: str,
+        log: LogWriter,
+        guard: Callable[[int], None] | None = None,
     ) -> StuckProcess:
         return StuckProcess()
 
