@@ -63,7 +63,9 @@ async def run_agent(config: Config, roles: set[str], stop: asyncio.Event | None 
             scheduler = SchedulerService(config, store, keys, clock, logs, renewal)
             tasks.append(asyncio.create_task(scheduler.run(), name="scheduler"))
         if "worker" in roles:
-            worker = WorkerService(config, store, keys, clock, make_executor(config.executor), logs)
+            executor = make_executor(config.executor)
+            renewal = store_factory(config)
+            worker = WorkerService(config, store, keys, clock, executor, logs, None, renewal)
             tasks.append(asyncio.create_task(worker.run(), name="worker"))
         runner = None
         if "api" in roles:

@@ -56,12 +56,8 @@ class _Txn:
     failure: Sequence[Op]
     done: asyncio.Future[TxnResult]
     keys: frozenset[str] = field(default_factory=frozenset)
-
-    @property
-    def ranged(self) -> bool:
-        return any(c.range_end is not None for c in self.compares) or any(
-            o.range_end is not None for o in self.success
-        )
+    ranged: bool = False
+    """Uses a key range (it then goes alone): computed once, at arrival."""
 
 
 class CoalescingStore:
@@ -107,7 +103,10 @@ class CoalescingStore:
     ) -> TxnResult:
         keys = frozenset([*(c.key for c in compares), *(o.key for o in success)])
         future: asyncio.Future[TxnResult] = asyncio.get_running_loop().create_future()
-        self._txns.append(_Txn(compares, success, failure, future, keys))
+        ranged = any(c.range_end is not None for c in compares) or any(
+            o.range_end is not None for o in success
+        )
+        self._txns.append(_Txn(compares, success, failure, future, keys, ranged))
         self._kick()
         return await future
 
@@ -144,7 +143,8 @@ class CoalescingStore:
         used = set(self._busy)
         compares = ops = 0
         rest: list[_Txn] = []
-        for item in self._txns:
+        queued = self._txns
+        for index, item in enumerate(queued):
             if item.done.done():
                 continue  # its caller was cancelled: do not send it
             if self._joins(item, batch, used, compares, ops):
@@ -153,6 +153,9 @@ class CoalescingStore:
                 ops += len(item.success)
             else:
                 rest.append(item)
+                if batch and not item.ranged and not item.keys & used:
+                    rest.extend(queued[index + 1 :])  # full: the rest keep their order
+                    break
             used |= item.keys
         self._txns = rest
         for item in batch:

@@ -7,11 +7,18 @@ the timeout, obeys cancel, and reports the outcome with a transaction whose
 compare is *my claim is still there, byte for byte* (same worker, attempt
 and lease) — so an attempt that was declared lost or hung can never write.
 
-Self-fencing: a separate watchdog process is fed the session's safe
-deadline; if the agent freezes or loses its lease, the watchdog kills every
-job process group before the lease can expire on the server. On session
-loss the agent also kills its children itself and never reports for them;
-the next incarnation registers under a new member id.
+Self-fencing: a separate watchdog process is fed a deadline: the session's
+safe deadline, capped at ``LOOP_STALL_LIMIT`` after the agent's event loop
+last showed it was alive. If the agent freezes, its loop wedges, or it
+loses its lease, the watchdog kills every job process group before the
+lease can expire on the server (and before recovery's hung verdict, which
+comes ``HUNG_SLACK_MS`` after a run's timeout and grace). On session loss
+the agent also kills its children itself and never reports for them; the
+next incarnation registers under a new member id.
+
+With ``renew_store`` the lease is renewed on a thread of its own (ADR
+0007): a burst of runs that keeps the loop busy for a while no longer
+costs the worker its session and every run it holds.
 """
 
 from __future__ import annotations
@@ -20,6 +27,8 @@ import asyncio
 import logging
 import os
 import socket
+import threading
+import time
 from dataclasses import dataclass, field
 
 from etcdsched.cache import PrefixCache
@@ -36,13 +45,19 @@ from etcdsched.models import (
     WorkerMember,
 )
 from etcdsched.runs import RunOps
-from etcdsched.session import Session
+from etcdsched.session import Session, StoreFactory
 from etcdsched.spec import Capacity
 from etcdsched.store import Event, Ops, Store
 from etcdsched.watchdog import Watchdog
-from etcdsched.worker_attempt import AttemptRunner
+from etcdsched.worker_attempt import HUNG_SLACK_MS, AttemptRunner
 
 log = logging.getLogger(__name__)
+LOOP_STALL_LIMIT = min(3.0, HUNG_SLACK_MS / 1000 - 1.0)
+"""Seconds the event loop may go without a heartbeat before the watchdog
+kills the jobs: a wedged loop cannot enforce timeouts or obey revokes, and
+a hung verdict (``HUNG_SLACK_MS`` after timeout + grace) must find the
+process already dead."""
+FEED_EVERY = 0.25
 
 
 @dataclass
@@ -71,8 +86,10 @@ class WorkerService:
         executor: Executor,
         logs: LogStore,
         watchdog: Watchdog | None = None,
+        renew_store: StoreFactory | None = None,
     ) -> None:
         self.config = config
+        self.renew_store = renew_store
         self.store: Store = CoalescingStore(store)
         """Attempts' reads and writes travel together (``etcdsched.coalesce``)."""
         self.keys = keys
@@ -106,7 +123,9 @@ class WorkerService:
         self.incarnation += 1
         tasks: list[asyncio.Task[None]] = []
         try:
-            self.session = await Session.open(self.store, self.clock, self.config.lease_ttl)
+            self.session = await Session.open(
+                self.store, self.clock, self.config.lease_ttl, renew_store=self.renew_store
+            )
             self.session.on_lost(self._fence)
             await self._register(self.session)
             assignments = PrefixCache(
@@ -157,10 +176,26 @@ class WorkerService:
         )
 
     async def _feed_watchdog(self, session: Session) -> None:
-        """Tell the watchdog how long the lease surely holds; stop when lost."""
-        while not session.lost:
-            self.watchdog.feed(session.safe_until)
-            await self.clock.sleep(min(0.25, session.ttl / 8))
+        """Tell the watchdog how long the jobs may live: until the lease
+        surely holds, and no longer than ``LOOP_STALL_LIMIT`` past the last
+        heartbeat of this loop. A thread sends it, so a busy loop does not
+        starve the feed (only a stalled one shortens it)."""
+        beat = [time.monotonic()]
+        stop = threading.Event()
+
+        def feed() -> None:
+            while not stop.wait(FEED_EVERY) and not session.lost:
+                self.watchdog.feed(min(session.safe_until, beat[0] + LOOP_STALL_LIMIT))
+
+        feeder = threading.Thread(target=feed, name="watchdog-feed", daemon=True)
+        self.watchdog.feed(min(session.safe_until, beat[0] + LOOP_STALL_LIMIT))
+        feeder.start()
+        try:
+            while not session.lost:
+                beat[0] = time.monotonic()
+                await asyncio.sleep(FEED_EVERY)  # real time: this loop's liveness
+        finally:
+            stop.set()
 
     def _fence(self) -> None:
         """Session lost: kill every job now. Never report for them."""

@@ -27,12 +27,14 @@ Transactions and their compares:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from typing import TYPE_CHECKING
 
 from etcdsched.codec import encode
 from etcdsched.errors import EtcdschedError, StoreUnavailable
 from etcdsched.executor import ExitStatus, Process
+from etcdsched.logstore import LogWriter
 from etcdsched.models import ActivePointer, Claim, RunRecord, finish_attempt, start_attempt
 from etcdsched.session import Session
 from etcdsched.statemachine import RunState, transition
@@ -57,6 +59,8 @@ class AttemptRunner:
         self.rid = item.assignment.run_id
         self.claim_bytes = b""
         self.claim_key = ""
+        self.known: Versioned[RunRecord] | None = None
+        """The run as we last wrote it, so the report need not read it first."""
 
     async def execute(self) -> None:
         current = await self._assigned_run()
@@ -65,11 +69,16 @@ class AttemptRunner:
         held = await self._settle(current, claimed=False)
         if held is None:
             return
-        await self._until_not_before()
-        held = await self._settle(held, claimed=True)
-        if held is None:
-            return
-        outcome, exit_code, reason = await self._run_attempt(held)
+        # opened now, not at the instant: a burst's instant costs a start each
+        writer = self.w.logs.open_writer(self.rid, self.assignment.attempt)
+        try:
+            await self._until_not_before()
+            held = await self._settle(held, claimed=True)
+            if held is None:
+                return
+            outcome, exit_code, reason = await self._run_attempt(held, writer)
+        finally:
+            writer.close()
         if outcome is None or self.session.lost:
             return  # revoked or fenced: someone else decides this attempt
         await self._report(outcome, exit_code, reason)
@@ -184,37 +193,32 @@ class AttemptRunner:
                 await self.w.clock.sleep(delay)
                 delay = min(2.0, delay * 2)
 
-    async def _run_attempt(self, held: Versioned[RunRecord]) -> Outcome:
+    async def _run_attempt(self, held: Versioned[RunRecord], writer: LogWriter) -> Outcome:
         """Start the process, say so, and wait for whichever comes first:
         exit, timeout, cancel, revoke, shutdown."""
         run = held.value
-        writer = self.w.logs.open_writer(run.id, run.attempt)
+        self.session.check()
         try:
-            self.session.check()
-            try:
-                process = await self.w.executor.start(
-                    run, run.attempt, self.w.member_id, writer, guard=self.w.watchdog.add
-                )
-            except Exception as exc:  # e.g. fork failed: the attempt failed, say why
-                log.exception("run %s: could not start", self.rid)
-                if not await self._mark_running(held, self.w.clock.now_ms(), None):
-                    return None, None, ""
-                return "failed", None, f"could not start: {exc}"
-            self.item.process = process
-            try:
-                started_ms = self.w.clock.now_ms()
-                self.w.observe_start(started_ms - self.assignment.not_before_ms)
-                # every run due at this instant starts before any says so
-                await asyncio.sleep(0)
-                if not await self._mark_running(held, started_ms, process.pid):
-                    await process.stop(0)  # the attempt was taken back
-                    return None, None, ""
-                return await self._wait_outcome(run, process)
-            finally:
-                if process.pgid is not None:
-                    self.w.watchdog.remove(process.pgid)
+            process = await self.w.executor.start(
+                run, run.attempt, self.w.member_id, writer, guard=self.w.watchdog.add
+            )
+        except Exception as exc:  # e.g. fork failed: the attempt failed, say why
+            log.exception("run %s: could not start", self.rid)
+            if not await self._mark_running(held, self.w.clock.now_ms(), None):
+                return None, None, ""
+            return "failed", None, f"could not start: {exc}"
+        self.item.process = process
+        try:
+            started_ms = self.w.clock.now_ms()
+            self.w.observe_start(started_ms - self.assignment.not_before_ms)
+            await asyncio.sleep(0)  # every run due at this instant starts before any says so
+            if not await self._mark_running(held, started_ms, process.pid):
+                await process.stop(0)  # the attempt was taken back
+                return None, None, ""
+            return await self._wait_outcome(run, process)
         finally:
-            writer.close()
+            if process.pgid is not None:
+                self.w.watchdog.remove(process.pgid)
 
     async def _mark_running(
         self, held: Versioned[RunRecord], started_ms: int, pid: int | None
@@ -238,6 +242,9 @@ class AttemptRunner:
                 result = None  # outcome unknown: the re-read below tells
             if result is not None:
                 if result.succeeded:
+                    self.known = dataclasses.replace(
+                        current, value=running, mod_revision=result.revision
+                    )
                     return True
                 claim_now = result.responses[0] if result.responses else []
                 if not claim_now or claim_now[0].value != self.claim_bytes:
@@ -248,6 +255,7 @@ class AttemptRunner:
             if run.worker != self.w.member_id or run.attempt != self.assignment.attempt:
                 return False
             if run.state is RunState.RUNNING:
+                self.known = current
                 return True  # our write landed after all
             if run.state is not RunState.ASSIGNED:
                 return False
@@ -286,7 +294,7 @@ class AttemptRunner:
         while True:
             if conflicts:
                 await self.w.clock.sleep(min(2.0, 0.05 * 2 ** min(conflicts, 6)))
-            current = await self._read_run()
+            current, self.known = self.known or await self._read_run(), None
             run = current.value
             if run.state is not RunState.RUNNING or run.attempt != self.assignment.attempt:
                 return

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from datetime import UTC, datetime
 from itertools import pairwise
 
 from etcdsched.spec import JobSpec
@@ -64,3 +66,35 @@ async def test_failed_run_is_retried_then_fails(services: Services) -> None:
     # A retry may be *placed* up to the lookahead early, with a not-before
     # instant; it must not *start* before its backoff has passed.
     assert run.attempts[1].started_ms - run.attempts[0].ended_ms >= 100  # type: ignore[operator]
+
+
+async def test_a_run_placed_ahead_is_claimed_on_arrival_and_started_at_its_instant(
+    services: Services,
+) -> None:
+    """Fired and placed within the lookahead, the run is claimed while it
+    is still ``assigned``; at its not-before the worker starts it from its
+    own timer, and the run then says when it started and under which pid."""
+    services.config = services.config.model_copy(update={"lookahead_ms": 3000})
+    services.start_scheduler("s1")
+    services.start_worker("w1")
+    at = datetime.fromtimestamp(time.time() + 2.5, tz=UTC).isoformat()
+    job = await services.jobs.create(spec({"kind": "at", "at": at}, ["true"]), "ahead")
+
+    async def claimed_before_start() -> None:
+        runs = await services.runs_of(job.id)
+        assert runs and runs[0].state is RunState.ASSIGNED, runs
+        claims = await services.store.range(services.keys.claims_prefix())
+        assert len(claims.kvs) == 1
+
+    await assert_eventually(claimed_before_start, timeout=2)
+
+    async def succeeded() -> None:
+        runs = await services.runs_of(job.id)
+        assert runs and runs[0].state is RunState.SUCCEEDED, runs
+
+    await assert_eventually(succeeded, timeout=15)
+    run = (await services.runs_of(job.id))[0]
+    attempt = run.attempts[0]
+    assert attempt.started_ms is not None and attempt.started_ms >= run.not_before_ms
+    assert attempt.pid is not None
+    assert (await services.store.range(services.keys.claims_prefix())).kvs == []
