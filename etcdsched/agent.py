@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import resource
 import signal
 from pathlib import Path
 
@@ -155,11 +156,22 @@ async def _ensure_admin_token(config: Config, data_dir: Path) -> None:
     log.info("admin token written to %s", token_file)
 
 
+def _allow_open_files() -> None:
+    """Raise the soft open-files limit to the hard one: a worker keeps one
+    log file open per run it has claimed, and a burst placed ahead can
+    claim thousands."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def main(roles: list[str], config: Config | None = None) -> None:
     """Process entry point: config from ``ETCDSCHED_*``; logs to stderr."""
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    _allow_open_files()
     asyncio.run(run_agent(config or Config(), set(roles)))
 
 

@@ -27,13 +27,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
 from etcdsched.codec import CorruptRecord
 from etcdsched.errors import OutcomeUnknown, StoreRejected, StoreUnavailable
 from etcdsched.keys import Keys
 from etcdsched.models import ActivePointer, Assignment, RunRecord, assign_attempt
-from etcdsched.placement import WorkerView, fits
+from etcdsched.placement import NOTHING, WorkerView, fits, plus, total_of
 from etcdsched.spec import Resources
 from etcdsched.statemachine import RunState, transition
 from etcdsched.store import (
@@ -98,10 +99,9 @@ class WorkerBatcher:
 
     def observe(self, view: WorkerView) -> None:
         """A view from the caches: newer assignments, or a changed member record."""
-        runs, revision = self.view.runs, self.view.revision
-        if view.revision > revision:
-            runs, revision = view.runs, view.revision
-        self.view = WorkerView(view.member, runs, revision)
+        # at an equal revision the cache's view is exact, ours may over-count
+        newest = view if view.revision >= self.view.revision else self.view
+        self.view = WorkerView(view.member, newest.runs, newest.revision, newest.total)
 
     def planned(self) -> WorkerView:
         """The view with every run handed to this batcher and not yet
@@ -110,8 +110,7 @@ class WorkerBatcher:
         waiting = [r for r in (*self._writing, *self.pending) if not r.done.done()]
         if not waiting:
             return self.view
-        added = {r.current.value.id: r.current.value.spec.resources for r in waiting}
-        return WorkerView(self.view.member, {**self.view.runs, **added}, self.view.revision)
+        return self._with_requests(waiting)
 
     async def assign(self, request: AssignRequest) -> str:
         self.pending.append(request)
@@ -175,10 +174,10 @@ class WorkerBatcher:
                 return
             except (OutcomeUnknown, StoreUnavailable):
                 self._resolve_all(batch, UNKNOWN)
-                self.view = WorkerView(self.view.member, self.view.runs, -1)
+                self.view = WorkerView(self.view.member, self.view.runs, -1, self.view.total)
                 return
             if result.succeeded:
-                self.view = WorkerView(self.view.member, self._with_batch(batch), result.revision)
+                self.view = replace(self._with_requests(batch), revision=result.revision)
                 self._resolve_all(batch, ASSIGNED)
                 return
             batch = self._after_failure(batch, result)
@@ -216,9 +215,18 @@ class WorkerBatcher:
         self.view = _with_assignments(self.view, page.kvs, page.revision)
         return True
 
-    def _with_batch(self, batch: list[AssignRequest]) -> dict[str, Resources]:
-        added = {r.current.value.id: r.current.value.spec.resources for r in batch}
-        return {**self.view.runs, **added}
+    def _with_requests(self, requests: list[AssignRequest]) -> WorkerView:
+        """The view with these runs on the worker too. A run the view's
+        total already holds (its assignment event overtook the reply) is
+        counted twice until a view at a later revision replaces this one:
+        an over-count only leaves room unused for a moment, where checking
+        membership in the live ``runs`` against an older total would
+        under-count and overfill the worker."""
+        view = self.view
+        if not requests:
+            return view
+        added = total_of(r.current.value.spec.resources for r in requests)
+        return WorkerView(view.member, view.runs, view.revision, plus(view.total, added))
 
     async def _write(self, batch: list[AssignRequest]) -> TxnResult:
         wid = self.worker
@@ -343,13 +351,13 @@ class Assigner:
 
 class CapacityIndex:
     """What is placed on each worker, decoded once per change from the
-    scheduler's cache of ``assign/`` (fed by its ``on_event``), with one
-    shared snapshot per worker that placers use until it changes."""
+    scheduler's cache of ``assign/`` (fed by its ``on_event``), with each
+    worker's total kept up to date as assignments come and go."""
 
     def __init__(self, keys: Keys) -> None:
         self.keys = keys
         self._runs: dict[str, dict[str, Resources]] = {}
-        self._snapshots: dict[str, dict[str, Resources]] = {}
+        self._used: dict[str, Resources] = {}
 
     def on_event(self, event: Event) -> None:
         """Never raises: the cache would die with it, and relisting past an
@@ -362,15 +370,19 @@ class CapacityIndex:
             log.error("assignment key %s does not parse; ignored", event.kv.key)
             return
         runs = self._runs.setdefault(worker, {})
-        if event.kind == "delete":
-            runs.pop(rid, None)
-        else:
+        used = self._used.get(worker, NOTHING)
+        before = runs.pop(rid, None)
+        if before is not None:
+            used = plus(used, before, -1)
+        if event.kind != "delete":
             runs[rid] = _run_resources(event.kv)[1]
-        self._snapshots.pop(worker, None)
+            used = plus(used, runs[rid])
+        self._used[worker] = used
 
-    def runs(self, worker: str) -> dict[str, Resources]:
-        """The worker's runs and their resources; do not modify."""
-        snapshot = self._snapshots.get(worker)
-        if snapshot is None:
-            snapshot = self._snapshots[worker] = dict(self._runs.get(worker, {}))
-        return snapshot
+    def runs(self, worker: str) -> Mapping[str, Resources]:
+        """The worker's runs and their resources, live (see ``WorkerView``)."""
+        return self._runs.get(worker, {})
+
+    def used(self, worker: str) -> Resources:
+        """What the worker's runs take in total."""
+        return self._used.get(worker, NOTHING)

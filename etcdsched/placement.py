@@ -8,6 +8,7 @@ retry should move), then the one with the most free slots.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -18,24 +19,29 @@ from etcdsched.spec import Capacity, Resources
 @dataclass(frozen=True)
 class WorkerView:
     """A worker and what is placed on it: the resources of each of its
-    assignments (``assign/<worker>/``) as of store revision ``revision``."""
+    assignments (``assign/<worker>/``) as of store revision ``revision``.
+
+    ``used`` is what they take in total, carried rather than summed so a
+    view of a worker holding thousands of runs costs O(1) to make; it may
+    also count runs chosen for the worker in this pass (:meth:`with_run`)
+    and runs being written (``WorkerBatcher.planned``). ``runs`` may be a
+    live mapping that is newer than ``revision``: the capacity compare
+    (no assignment created after ``revision``) is what makes a placement
+    safe, and newer contents only count deletes, which free room."""
 
     member: WorkerMember
-    runs: dict[str, Resources]
+    runs: Mapping[str, Resources]
     revision: int
+    used: Resources | None = None
+    """Total of ``runs`` (plus chosen ones); summed from ``runs`` if None."""
 
     def with_run(self, run_id: str, need: Resources) -> WorkerView:
-        """This view with one more run on the worker (same revision)."""
-        view = WorkerView(self.member, {**self.runs, run_id: need}, self.revision)
-        free = self.free()
-        left = Capacity.model_construct(
-            slots=max(0, free.slots - need.slots),
-            cpu=max(0.0, free.cpu - need.cpu),
-            memory_mb=max(0, free.memory_mb - need.memory_mb),
-            gpu=max(0, free.gpu - need.gpu),
-        )
-        object.__setattr__(view, "_free", left)  # seed the cache: no re-summing
-        return view
+        """This view with one more run chosen for the worker (same revision)."""
+        return WorkerView(self.member, self.runs, self.revision, plus(self.total, need))
+
+    @cached_property
+    def total(self) -> Resources:
+        return self.used if self.used is not None else total_of(self.runs.values())
 
     def free(self) -> Capacity:
         """Cached: placement asks every view for it once per candidate run.
@@ -44,18 +50,36 @@ class WorkerView:
 
     @cached_property
     def _free(self) -> Capacity:
-        used = self.runs.values()
-        used_slots = sum(r.slots for r in used)
-        used_cpu = sum(r.cpu for r in used)
-        used_mem = sum(r.memory_mb for r in used)
-        used_gpu = sum(r.gpu for r in used)
-        cap = self.member.capacity
+        used, cap = self.total, self.member.capacity
         return Capacity.model_construct(
-            slots=max(0, cap.slots - used_slots),
-            cpu=max(0.0, cap.cpu - used_cpu),
-            memory_mb=max(0, cap.memory_mb - used_mem),
-            gpu=max(0, cap.gpu - used_gpu),
+            slots=max(0, cap.slots - used.slots),
+            cpu=max(0.0, cap.cpu - used.cpu),
+            memory_mb=max(0, cap.memory_mb - used.memory_mb),
+            gpu=max(0, cap.gpu - used.gpu),
         )
+
+
+NOTHING = Resources.model_construct(slots=0, cpu=0.0, memory_mb=0, gpu=0)
+
+
+def plus(a: Resources, b: Resources, sign: int = 1) -> Resources:
+    """``a + b`` (or ``a - b`` with ``sign=-1``), unvalidated."""
+    return Resources.model_construct(
+        slots=a.slots + sign * b.slots,
+        cpu=a.cpu + sign * b.cpu,
+        memory_mb=a.memory_mb + sign * b.memory_mb,
+        gpu=a.gpu + sign * b.gpu,
+    )
+
+
+def total_of(needs: Iterable[Resources]) -> Resources:
+    items = list(needs)
+    return Resources.model_construct(
+        slots=sum(r.slots for r in items),
+        cpu=sum(r.cpu for r in items),
+        memory_mb=sum(r.memory_mb for r in items),
+        gpu=sum(r.gpu for r in items),
+    )
 
 
 def fits(need: Resources, free: Resources, capacity: Resources) -> bool:

@@ -96,7 +96,8 @@ class PlacementLoop:
             if member is None:
                 member = kv.decode(WorkerMember).value
             memo[kv.key] = (kv.mod_revision, member)
-            view = WorkerView(member, self.capacity.runs(member.id), revision)
+            runs, used = self.capacity.runs(member.id), self.capacity.used(member.id)
+            view = WorkerView(member, runs, revision, used)
             views[member.id] = self.assigner.fresher(view)
         self._members = memo
         return views

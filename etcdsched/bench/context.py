@@ -59,16 +59,26 @@ class BenchContext:
         )
         return meta.partitions
 
-    def fleet(self, keys: Keys, name: str, lease_ttl: int | None = None) -> Fleet:
+    def fleet(
+        self,
+        keys: Keys,
+        name: str,
+        lease_ttl: int | None = None,
+        lookahead_ms: int | None = None,
+        worker_slots: int | None = None,
+    ) -> Fleet:
+        """Agents of one scenario; the arguments override the options."""
         opts = self.options
         log_dir = self.work_dir / "agents" / name
+        lookahead = opts.lookahead_ms if lookahead_ms is None else lookahead_ms
         env = {
             "ETCDSCHED_ETCD": ",".join(self.endpoints),
             "ETCDSCHED_PREFIX": keys.prefix,
             "ETCDSCHED_PARTITIONS": str(opts.partitions),
             "ETCDSCHED_LEASE_TTL": str(lease_ttl or opts.lease_ttl),
-            "ETCDSCHED_LOOKAHEAD_MS": str(opts.lookahead_ms),
-            "ETCDSCHED_WORKER_SLOTS": str(opts.worker_slots),
+            "ETCDSCHED_LOOKAHEAD_MS": str(lookahead),
+            "ETCDSCHED_HORIZON_MS": str(max(60_000, lookahead + 10_000)),
+            "ETCDSCHED_WORKER_SLOTS": str(worker_slots or opts.worker_slots),
             "ETCDSCHED_SHUTDOWN_GRACE": str(SHUTDOWN_GRACE),
             "ETCDSCHED_LOG_DIR": str(log_dir / "runlogs"),
         }
