@@ -238,6 +238,8 @@ class WorkerService:
             await runner.execute()
         except EtcdschedError as exc:
             log.warning("run %s: %s", assignment.run_id, exc)
+        except Exception:  # a bug: say so loudly; recovery ends the run with our session
+            log.exception("run %s: attempt failed unexpectedly", assignment.run_id)
         finally:
             if self.running.get(assignment.run_id) is item:
                 del self.running[assignment.run_id]

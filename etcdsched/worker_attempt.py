@@ -70,7 +70,13 @@ class AttemptRunner:
         if held is None:
             return
         # opened now, not at the instant: a burst's instant costs a start each
-        writer = self.w.logs.open_writer(self.rid, self.assignment.attempt)
+        try:
+            writer = self.w.logs.open_writer(self.rid, self.assignment.attempt)
+        except OSError as exc:  # e.g. the log disk is full: the attempt fails, says why
+            log.exception("run %s: cannot open its log", self.rid)
+            if await self._mark_running(held, self.w.clock.now_ms(), None):
+                await self._report("failed", None, f"could not open its log: {exc}")
+            return
         try:
             await self._until_not_before()
             held = await self._settle(held, claimed=True)

@@ -35,6 +35,7 @@ from etcdsched.cronwall import ms_to_utc
 LAG_COLUMNS = ["started/expected", "lag p50 ms", "lag p90 ms", "lag p99 ms", "lag max ms"]
 BURST_TARGET_MS = {10_000: 1000.0, 100_000: 5000.0}
 SUBMIT_RATE_GUESS = 2000  # jobs/s the loader manages, to place T far enough ahead
+PRESTAGE_RATE = 250  # slots/s fired, placed and claimed ahead by one scheduler
 MAX_CLAIMED_PER_WORKER = 16_000  # under the 20,000 open files this machine allows
 
 
@@ -98,6 +99,13 @@ async def run_idle(ctx: BenchContext) -> ScenarioResult:
     )
 
 
+def burst_ahead_s(size: int, lead_s: float) -> float:
+    """How long before T the submission ends: at least ``lead_s``, and long
+    enough for the pipeline to fire, place and claim every slot before T
+    (at ``PRESTAGE_RATE``, measured on this machine, plus 10 s)."""
+    return max(lead_s, size / PRESTAGE_RATE + 10)
+
+
 def burst_fleet_shape(size: int, workers: int, lead_ms: int) -> tuple[int, int, int]:
     """(workers, slots per worker, lookahead ms) for a burst of ``size``:
     every slot is fired and placed as soon as it is submitted (lookahead =
@@ -112,7 +120,7 @@ async def _burst(ctx: BenchContext, size: int) -> tuple[list[RunTimes], int, dic
     opts = ctx.options
     keys = ctx.new_keys(f"burst-{size}")
     partitions = await ctx.init_cluster(keys)
-    lead_ms = int((opts.burst_lead + size / SUBMIT_RATE_GUESS + 2) * 1000)
+    lead_ms = int((burst_ahead_s(size, opts.burst_lead) + size / SUBMIT_RATE_GUESS + 2) * 1000)
     workers, slots, lookahead_ms = burst_fleet_shape(size, opts.burst_workers, lead_ms)
     fleet = ctx.fleet(keys, f"burst-{size}", lookahead_ms=lookahead_ms, worker_slots=slots)
     try:
@@ -173,7 +181,8 @@ async def run_burst(ctx: BenchContext) -> ScenarioResult:
     )
     rows = []
     for size in opts.burst_sizes:
-        note(f"burst: {size:,} slots, submitted >= {opts.burst_lead:g}s ahead")
+        ahead = burst_ahead_s(size, opts.burst_lead)
+        note(f"burst: {size:,} slots, submitted >= {ahead:g}s ahead")
         times, at_ms, info = await _burst(ctx, size)
         rows.append(_burst_row(size, times, at_ms, info))
         lag_values = lags(times)

@@ -6,6 +6,8 @@ import time
 from datetime import UTC, datetime
 from itertools import pairwise
 
+import pytest
+
 from etcdsched.spec import JobSpec
 from etcdsched.statemachine import RunState
 from tests.support.eventually import assert_eventually
@@ -98,3 +100,23 @@ async def test_a_run_placed_ahead_is_claimed_on_arrival_and_started_at_its_insta
     assert attempt.started_ms is not None and attempt.started_ms >= run.not_before_ms
     assert attempt.pid is not None
     assert (await services.store.range(services.keys.claims_prefix())).kvs == []
+
+
+async def test_an_attempt_whose_log_cannot_be_opened_fails_and_says_why(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def disk_full(run_id: str, attempt: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(services.logs, "open_writer", disk_full)
+    services.start_scheduler("s1")
+    services.start_worker("w1")
+    job = await services.jobs.create(spec({"kind": "now"}, ["true"]), "nolog")
+
+    async def failed() -> None:
+        runs = await services.runs_of(job.id)
+        assert runs and runs[0].state is RunState.FAILED, runs
+
+    await assert_eventually(failed, timeout=15)
+    run = (await services.runs_of(job.id))[0]
+    assert run.attempts[0].reason.startswith("could not open its log")
