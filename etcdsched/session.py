@@ -28,7 +28,7 @@ import threading
 from collections.abc import Awaitable, Callable
 
 from etcdsched.clock import Clock
-from etcdsched.errors import EtcdschedError, OwnershipLost
+from etcdsched.errors import EtcdschedError, OwnershipLost, StoreRejected
 from etcdsched.store import Store
 
 log = logging.getLogger(__name__)
@@ -159,7 +159,10 @@ class Session:
     async def close(self) -> None:
         """Stop renewing and revoke: every key bound to the lease goes now."""
         await self._stop()
-        await self._store.revoke(self.lease_id)
+        try:
+            await self._store.revoke(self.lease_id)
+        except StoreRejected:  # "lease not found": it expired already, nothing to revoke
+            log.info("session %x: lease already gone at close", self.lease_id)
 
     async def orphan(self) -> None:
         """Stop renewing without revoking: keys stay until the TTL runs out."""

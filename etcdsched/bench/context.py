@@ -13,6 +13,7 @@ from etcdsched.bench.measure import count_keys
 from etcdsched.bench.options import BenchOptions
 from etcdsched.bench.progress import Progress
 from etcdsched.bench.results import ScenarioResult
+from etcdsched.errors import StoreUnavailable
 from etcdsched.etcd_store import EtcdOptions, EtcdStore
 from etcdsched.keys import Keys
 from etcdsched.scheduler import ensure_cluster
@@ -108,8 +109,12 @@ class BenchContext:
         progress = Progress(label, expected, " runs")
         deadline = time.monotonic() + self.options.drain_timeout
         while time.monotonic() < deadline:
-            created = await count_keys(self.store, keys.runs_prefix())
-            active = await count_keys(self.store, f"{keys.prefix}active/")
+            try:
+                created = await count_keys(self.store, keys.runs_prefix())
+                active = await count_keys(self.store, f"{keys.prefix}active/")
+            except StoreUnavailable:  # an overloaded etcd: ask again, the drain goes on
+                await asyncio.sleep(1.0)
+                continue
             progress.update(created, f"active {active:,}")
             if created >= expected and active == 0:
                 progress.done(f"({created:,} runs)")
@@ -126,7 +131,10 @@ class BenchContext:
         progress = Progress(label, seconds, "s")
         end = time.monotonic() + seconds
         while (left := end - time.monotonic()) > 0:
-            created = await count_keys(self.store, keys.runs_prefix())
-            progress.update(seconds - left, f"runs {created:,}")
+            try:
+                created = f"{await count_keys(self.store, keys.runs_prefix()):,}"
+            except StoreUnavailable:  # progress only: never fail the scenario for it
+                created = "?"
+            progress.update(seconds - left, f"runs {created}")
             await asyncio.sleep(min(1.0, left))
         progress.done()

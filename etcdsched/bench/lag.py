@@ -16,7 +16,7 @@ import math
 import time
 from typing import Any
 
-from etcdsched.bench.context import BenchContext
+from etcdsched.bench.context import BenchContext, BenchError
 from etcdsched.bench.load import make_spec, templated_rows, write_jobs
 from etcdsched.bench.measure import (
     RunTimes,
@@ -31,6 +31,7 @@ from etcdsched.bench.progress import note
 from etcdsched.bench.results import ScenarioResult, Table, Target
 from etcdsched.bench.throughput import START_DELAY_MS, expected_slots, interval_rows
 from etcdsched.cronwall import ms_to_utc
+from etcdsched.errors import EtcdschedError
 
 LAG_COLUMNS = ["started/expected", "lag p50 ms", "lag p90 ms", "lag p99 ms", "lag max ms"]
 BURST_TARGET_MS = {10_000: 1000.0, 100_000: 5000.0}
@@ -183,7 +184,13 @@ async def run_burst(ctx: BenchContext) -> ScenarioResult:
     for size in opts.burst_sizes:
         ahead = burst_ahead_s(size, opts.burst_lead)
         note(f"burst: {size:,} slots, submitted >= {ahead:g}s ahead")
-        times, at_ms, info = await _burst(ctx, size)
+        try:
+            times, at_ms, info = await _burst(ctx, size)
+        except (EtcdschedError, BenchError) as exc:  # one size failing keeps the others' results
+            note(f"burst[{size}] failed: {exc!r}")
+            result.notes.append(f"burst of {size:,}: the run failed: {exc!r}")
+            result.targets.append(_burst_target(size, math.inf))
+            continue
         rows.append(_burst_row(size, times, at_ms, info))
         lag_values = lags(times)
         result.targets.append(_burst_target(size, _p99(times, size)))
