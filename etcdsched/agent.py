@@ -12,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import resource
 import signal
+import sys
 from pathlib import Path
 
 from etcdsched.clock import SystemClock
@@ -52,6 +54,7 @@ async def run_agent(config: Config, roles: set[str], stop: asyncio.Event | None 
     if unknown or not roles:
         raise ValueError(f"roles must be a non-empty subset of {sorted(ROLES)}")
     stop = stop or _stop_on_signals()
+    _watch_children_with_pidfds()
     store = await EtcdStore.connect(config.etcd_options())
     keys, clock = Keys(config.prefix), SystemClock()
     try:
@@ -164,6 +167,23 @@ def _allow_open_files() -> None:
     if hard == resource.RLIM_INFINITY or soft < hard:
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def _watch_children_with_pidfds() -> None:
+    """Python 3.11 waits for each job process on a thread of its own; a
+    worker starting 100 jobs a second then starts 100 threads a second, and
+    their wake-ups compete with the event loop for the GIL. A pidfd watcher
+    waits in the event loop (Linux >= 5.3; 3.12+ does this by itself).
+    Called on the running loop, which it watches for."""
+    if sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"):
+        return
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except OSError:
+        return  # the kernel has no pidfds: keep the default
+    watcher = asyncio.PidfdChildWatcher()
+    watcher.attach_loop(asyncio.get_running_loop())
+    asyncio.set_child_watcher(watcher)
 
 
 def main(roles: list[str], config: Config | None = None) -> None:

@@ -53,6 +53,25 @@ def _lag_cells(times: list[RunTimes], expected: int) -> list[Any]:
     ]
 
 
+AHEAD_COLUMNS = ["placed ahead of T p50 ms", "p1 ms", "placed late", "runs late > 50 ms",
+                 "of those placed late"]  # fmt: skip
+
+
+def _ahead_cells(times: list[RunTimes]) -> list[Any]:
+    """How long before its instant each run was placed (assigned), and how
+    many late starts had been placed late: placement late, or the worker?"""
+    ahead = [t.not_before_ms - t.assigned_ms for t in times if t.assigned_ms is not None]
+    stats = summary(ahead)
+    late = [t for t in times if (t.lag_ms or 0) > 50]
+    placed_late = [t for t in late if t.assigned_ms is not None and t.assigned_ms > t.not_before_ms]
+    return [stats.get("p50"), _percentile_low(ahead, 1), sum(1 for a in ahead if a < 0),
+            len(late), len(placed_late)]  # fmt: skip
+
+
+def _percentile_low(values: list[int], pct: float) -> float | None:
+    return percentile(sorted(values), pct) if values else None
+
+
 def _p99(times: list[RunTimes], expected: int) -> float:
     """p99 of the start lag, counting runs that never started as infinitely late."""
     values = lags(times)
@@ -92,7 +111,10 @@ async def run_idle(ctx: BenchContext) -> ScenarioResult:
             "executor": opts.idle_executor,
             "lookahead_ms": opts.lookahead_ms,
         },
-        tables=[Table("start lag", LAG_COLUMNS, [_lag_cells(times, expected)])],
+        tables=[
+            Table("start lag", LAG_COLUMNS, [_lag_cells(times, expected)]),
+            Table("where the lag comes from", AHEAD_COLUMNS, [_ahead_cells(times)]),
+        ],
         targets=[
             Target("idle start lag p99 <= 50 ms", _p99(times, expected), 50.0, "lower", " ms")
         ],
