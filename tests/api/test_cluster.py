@@ -7,7 +7,7 @@ from etcdsched.api.app import ROUTES, make_app
 from etcdsched.api.openapi import documented_operations
 from etcdsched.config import Config
 from etcdsched.models import OwnerRecord, SchedulerMember, WorkerMember
-from etcdsched.spec import Resources
+from etcdsched.spec import Capacity
 from etcdsched.store import Ops
 from tests.api.conftest import PARTITIONS, Api, spec
 
@@ -15,7 +15,7 @@ from tests.api.conftest import PARTITIONS, Api, spec
 async def test_cluster_view(api: Api) -> None:
     services = api.services
     keys, now = services.keys, services.clock.now_ms()
-    worker = WorkerMember(id="w1", capacity=Resources(slots=4, cpu=2), started_ms=now)
+    worker = WorkerMember(id="w1", capacity=Capacity(slots=4, cpu=2), started_ms=now)
     scheduler = SchedulerMember(id="s1", started_ms=now)
     await services.store.txn(
         [],
