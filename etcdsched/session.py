@@ -157,7 +157,10 @@ class Session:
             self._task = None
 
     async def close(self) -> None:
-        """Stop renewing and revoke: every key bound to the lease goes now."""
+        """Stop renewing and revoke: every key bound to the lease goes now.
+        Once closed or orphaned, a session is done: closing it again is a no-op."""
+        if self._closed:
+            return
         await self._stop()
         try:
             await self._store.revoke(self.lease_id)

@@ -29,7 +29,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, TypeVar
 
 from etcdsched.codec import encode
 from etcdsched.errors import EtcdschedError, StoreUnavailable
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 HUNG_SLACK_MS = 5000
+T = TypeVar("T")
 
 Outcome = tuple[str | None, int | None, str]
 """(outcome, exit code, reason); outcome ``None`` = do not report."""
@@ -134,14 +136,18 @@ class AttemptRunner:
                 task.cancel()
 
     async def _read_run(self) -> Versioned[RunRecord]:
-        """Read the run, retrying while etcd is unavailable and our session
+        """Read the run; see :meth:`_while_session_holds`."""
+        return await self._while_session_holds(lambda: self.w.runs.load(self.w.store, self.rid))
+
+    async def _while_session_holds(self, read: Callable[[], Awaitable[T]]) -> T:
+        """``read()``, retried while etcd is unavailable and our session
         holds: giving up would strand an assigned or running run on a live
         worker, where recovery never looks."""
         delay = 0.1
         while True:
             self.session.check()
             try:
-                return await self.w.runs.load(self.w.store, self.rid)
+                return await read()
             except StoreUnavailable:
                 await self.w.clock.sleep(delay)
                 delay = min(2.0, delay * 2)
@@ -189,15 +195,8 @@ class AttemptRunner:
             return await self._claim_landed()
 
     async def _claim_landed(self) -> bool:
-        delay = 0.1
-        while True:
-            self.session.check()
-            try:
-                kv = await self.w.store.get(self.claim_key)
-                return kv is not None and kv.value == self.claim_bytes
-            except StoreUnavailable:
-                await self.w.clock.sleep(delay)
-                delay = min(2.0, delay * 2)
+        kv = await self._while_session_holds(lambda: self.w.store.get(self.claim_key))
+        return kv is not None and kv.value == self.claim_bytes
 
     async def _run_attempt(self, held: Versioned[RunRecord], writer: LogWriter) -> Outcome:
         """Start the process, say so, and wait for whichever comes first:
