@@ -93,17 +93,69 @@ class Process(Protocol):
         ...
 
 
-class Executor(Protocol):
-    """Starts the process of one attempt of a run, its output going to ``log``."""
+class Prepared:
+    """A job made ready ahead of its instant: its process exists behind a
+    gate (see :meth:`ProcessExecutor.prepare`) and runs nothing until
+    :meth:`open`. :meth:`abort` instead makes it exit (status 125) without
+    running the job. The caller calls exactly one of them, once; the gate
+    write end is closed either way. A job with nothing to open (a no-op, a
+    program that cannot be started) has ``gate_fd`` None."""
 
-    async def start(
+    def __init__(self, process: Process, gate_fd: int | None = None) -> None:
+        self.process = process
+        self.gate_fd = gate_fd
+
+    @property
+    def holds_process(self) -> bool:
+        """A process is waiting at the gate (it costs a process until opened)."""
+        return self.gate_fd is not None
+
+    def open(self) -> None:
+        """Let the job run. One pipe write: safe from any thread."""
+        fd, self.gate_fd = self.gate_fd, None
+        if fd is not None:
+            try:
+                os.write(fd, b"go\n")
+            finally:
+                os.close(fd)
+
+    def abort(self) -> None:
+        """The gate reads end-of-file and exits without running the job."""
+        fd, self.gate_fd = self.gate_fd, None
+        if fd is not None:
+            os.close(fd)
+
+
+class Executor(Protocol):
+    """Prepares the process of one attempt of a run, its output going to ``log``."""
+
+    async def prepare(
         self,
         run: RunRecord,
         attempt: int,
         worker_id: str,
         log: LogWriter,
         guard: Callable[[int], None] | None = None,
-    ) -> Process: ...
+    ) -> Prepared:
+        """Make the job ready to start: ``guard`` (the watchdog) learns its
+        process group before this returns; the job runs on ``open()``."""
+        ...
+
+
+class StartsAtOnce:
+    """``start`` = ``prepare`` then ``open`` (for callers with no instant to wait for)."""
+
+    async def start(
+        self: Executor,
+        run: RunRecord,
+        attempt: int,
+        worker_id: str,
+        log: LogWriter,
+        guard: Callable[[int], None] | None = None,
+    ) -> Process:
+        prepared = await self.prepare(run, attempt, worker_id, log, guard)
+        prepared.open()
+        return prepared.process
 
 
 def group_members(pgid: int) -> list[int]:
@@ -303,18 +355,18 @@ async def _run_quietly(argv: list[str]) -> None:
         await proc.wait()
 
 
-class ProcessExecutor:
+class ProcessExecutor(StartsAtOnce):
     """Runs commands (and containers, through the docker or podman CLI) as
     local processes in their own session."""
 
-    async def start(
+    async def prepare(
         self,
         run: RunRecord,
         attempt: int,
         worker_id: str,
         log: LogWriter,
         guard: Callable[[int], None] | None = None,
-    ) -> Process:
+    ) -> Prepared:
         env = job_environment(run, attempt, worker_id)
         execution = run.spec.execution
         grace = run.spec.kill_grace.total_seconds()
@@ -333,17 +385,18 @@ class ProcessExecutor:
         grace: float,
         guard: Callable[[int], None] | None,
         runtime_cleanup: list[str] | None = None,
-    ) -> Process:
-        """Start the job behind a gate: a shell that waits for one line on
+    ) -> Prepared:
+        """Spawn the job behind a gate: a shell that waits for one line on
         its stdin before it execs the job. ``guard`` (the watchdog) learns
-        the process group first; only then is the gate opened. An agent
-        killed between the fork and that moment leaves a gate that reads
-        end-of-file and exits without running the job, instead of a job
-        nobody guards (found by the 30-minute fault run: a kill -9 landed
-        there and the job outlived its lost attempt's rerun)."""
+        the process group before the gate can open. An agent killed before
+        the gate opened leaves a gate that reads end-of-file and exits
+        without running the job, instead of a job nobody guards (found by
+        the 30-minute fault run: a kill -9 landed between fork and guard and
+        the job outlived its lost attempt's rerun). The gate also lets the
+        fork happen ahead of the job's instant (ADR 0008)."""
         missing = _not_executable(argv[0], env, cwd)
         if missing is not None:
-            return _failed_start(argv, cwd, missing, log)
+            return Prepared(_failed_start(argv, cwd, missing, log))
         gate_read, gate_write = os.pipe()
         try:
             proc = await asyncio.create_subprocess_exec(
@@ -358,16 +411,17 @@ class ProcessExecutor:
             )
         except OSError as error:
             os.close(gate_write)
-            return _failed_start(argv, cwd, error, log)
+            return Prepared(_failed_start(argv, cwd, error, log))
         finally:
             os.close(gate_read)
+        prepared = Prepared(_GroupProcess(proc, log, grace, runtime_cleanup), gate_write)
         try:
             if guard is not None:
                 guard(proc.pid)
-            os.write(gate_write, b"go\n")
-        finally:
-            os.close(gate_write)
-        return _GroupProcess(proc, log, grace, runtime_cleanup)
+        except BaseException:
+            prepared.abort()
+            raise
+        return prepared
 
 
 GATE = ["/bin/sh", "-c", 'read -r _ || exit 125; exec </dev/null; exec "$@"', "etcdsched-gate"]
@@ -403,17 +457,17 @@ def _failed_start(argv: list[str], cwd: str | None, error: OSError, log: LogWrit
     return _EndedProcess(ExitStatus(code, None))
 
 
-class NoopExecutor:
+class NoopExecutor(StartsAtOnce):
     """For benchmarks only: "starts" a job instantly, runs nothing, and
     reports exit code 0. No process, so ``pid``/``pgid`` are None and the
     watchdog has nothing to guard. Never use it to run real jobs."""
 
-    async def start(
+    async def prepare(
         self,
         run: RunRecord,
         attempt: int,
         worker_id: str,
         log: LogWriter,
         guard: Callable[[int], None] | None = None,
-    ) -> Process:
-        return _EndedProcess(ExitStatus(0, None))
+    ) -> Prepared:
+        return Prepared(_EndedProcess(ExitStatus(0, None)))

@@ -92,9 +92,13 @@ class Session:
             self._declare_lost("no renewal within the TTL")
         return self._lost_flag
 
+    def holds(self) -> bool:
+        """False once this session can no longer be trusted. Safe from any thread."""
+        return not (self.lost or self._closed)
+
     def check(self) -> None:
         """Raise :class:`OwnershipLost` if this session can no longer be trusted."""
-        if self.lost or self._closed:
+        if not self.holds():
             raise OwnershipLost(f"session {self.lease_id:x} is lost")
 
     async def wait_lost(self) -> None:

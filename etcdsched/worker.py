@@ -47,6 +47,7 @@ from etcdsched.models import (
 from etcdsched.runs import RunOps
 from etcdsched.session import Session, StoreFactory
 from etcdsched.spec import Capacity
+from etcdsched.starter import LoopStarter, Starter
 from etcdsched.store import Event, Ops, Store
 from etcdsched.watchdog import Watchdog
 from etcdsched.worker_attempt import HUNG_SLACK_MS, AttemptRunner
@@ -87,6 +88,7 @@ class WorkerService:
         logs: LogStore,
         watchdog: Watchdog | None = None,
         renew_store: StoreFactory | None = None,
+        starter: Starter | None = None,
     ) -> None:
         self.config = config
         self.renew_store = renew_store
@@ -97,6 +99,10 @@ class WorkerService:
         self.executor = executor
         self.logs = logs
         self.watchdog = watchdog or Watchdog()
+        self.starter: Starter = starter or LoopStarter(clock)
+        """Opens prepared jobs' gates at their instant (ADR 0008)."""
+        self.gated = 0
+        """Jobs prepared ahead of their instant whose gate is not open yet."""
         self.base_id = config.member_id
         self.member_id = config.member_id
         self.incarnation = 0
@@ -115,6 +121,7 @@ class WorkerService:
         finally:
             if self.session is not None:
                 await self.session.close()
+            self.starter.close()
             self.watchdog.close()
 
     async def _incarnation(self) -> None:

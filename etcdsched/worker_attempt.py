@@ -30,11 +30,11 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from etcdsched.codec import encode
 from etcdsched.errors import EtcdschedError, StoreUnavailable
-from etcdsched.executor import ExitStatus, Process
+from etcdsched.executor import ExitStatus, Prepared, Process
 from etcdsched.logstore import LogWriter
 from etcdsched.models import ActivePointer, Claim, RunRecord, finish_attempt, start_attempt
 from etcdsched.session import Session
@@ -46,6 +46,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 HUNG_SLACK_MS = 5000
+PRESTART_MS = 500
+"""How long before its instant a job is prepared: forked behind its gate,
+so that at the instant only the gate opens (ADR 0008)."""
+PRESTART_LIMIT = 256
+"""At most this many prepared jobs wait at their gates per worker (each is
+a process and three pipes); more due at once are prepared at the instant."""
 T = TypeVar("T")
 
 Outcome = tuple[str | None, int | None, str]
@@ -80,7 +86,7 @@ class AttemptRunner:
                 await self._report("failed", None, f"could not open its log: {exc}")
             return
         try:
-            await self._until_not_before()
+            await self._until(self.assignment.not_before_ms - PRESTART_MS)
             held = await self._settle(held, claimed=True)
             if held is None:
                 return
@@ -123,9 +129,10 @@ class AttemptRunner:
             if claimed or await self._claim(current):
                 return current
 
-    async def _until_not_before(self) -> None:
+    async def _until(self, wall_ms: int) -> None:
+        """Sleep until ``wall_ms``, or until the attempt is revoked or shut down."""
         waits = [
-            asyncio.create_task(self.w.clock.sleep_until_ms(self.assignment.not_before_ms)),
+            asyncio.create_task(self.w.clock.sleep_until_ms(wall_ms)),
             asyncio.create_task(self.item.revoked.wait()),
             asyncio.create_task(self.item.shutdown.wait()),
         ]
@@ -199,22 +206,29 @@ class AttemptRunner:
         return kv is not None and kv.value == self.claim_bytes
 
     async def _run_attempt(self, held: Versioned[RunRecord], writer: LogWriter) -> Outcome:
-        """Start the process, say so, and wait for whichever comes first:
-        exit, timeout, cancel, revoke, shutdown."""
+        """Prepare the process, have it started at the instant, say so, and
+        wait for whichever comes first: exit, timeout, cancel, revoke, shutdown."""
         run = held.value
+        early = await self._prepare_early()
         self.session.check()
         try:
-            process = await self.w.executor.start(
+            prepared = await self.w.executor.prepare(
                 run, run.attempt, self.w.member_id, writer, guard=self.w.watchdog.add
             )
         except Exception as exc:  # e.g. fork failed: the attempt failed, say why
+            self._ungate(early)
             log.exception("run %s: could not start", self.rid)
             if not await self._mark_running(held, self.w.clock.now_ms(), None):
                 return None, None, ""
             return "failed", None, f"could not start: {exc}"
-        self.item.process = process
+        process = self.item.process = prepared.process
         try:
-            started_ms = self.w.clock.now_ms()
+            if not prepared.holds_process:
+                self._ungate(early)
+                early = False
+            started_ms = await self._start_at_instant(prepared, early)
+            if started_ms is None:
+                return await self._not_started(held, process)
             self.w.observe_start(started_ms - self.assignment.not_before_ms)
             await asyncio.sleep(0)  # every run due at this instant starts before any says so
             if not await self._mark_running(held, started_ms, process.pid):
@@ -224,6 +238,61 @@ class AttemptRunner:
         finally:
             if process.pgid is not None:
                 self.w.watchdog.remove(process.pgid)
+
+    async def _prepare_early(self) -> bool:
+        """Whether the job is prepared (forked, behind its gate) ahead of its
+        instant: yes unless ``PRESTART_LIMIT`` jobs already wait at their
+        gates; then it is prepared at the instant instead."""
+        if self.w.clock.now_ms() >= self.assignment.not_before_ms:
+            return False
+        if self.w.gated < PRESTART_LIMIT:
+            self.w.gated += 1
+            return True
+        await self._until(self.assignment.not_before_ms)
+        return False
+
+    def _ungate(self, early: bool) -> None:
+        if early:
+            self.w.gated -= 1
+
+    async def _start_at_instant(self, prepared: Prepared, early: bool) -> int | None:
+        """Wall ms at which the starter opened the gate; None if it never
+        will: the attempt was revoked, cancelled or shut down first, or the
+        session was lost by the instant. Then the job is aborted at its gate
+        without having run."""
+        ticket = self.w.starter.schedule(
+            prepared, self.assignment.not_before_ms, self.session.holds
+        )
+        interrupts: list[asyncio.Future[Any]] = [
+            asyncio.create_task(event.wait())
+            for event in (self.item.revoked, self.item.cancel, self.item.shutdown)
+        ]
+        try:
+            await asyncio.wait([ticket.started, *interrupts], return_when="FIRST_COMPLETED")
+            if not ticket.started.done() and ticket.withdraw():
+                prepared.abort()
+                return None
+            started = await ticket.started
+        except asyncio.CancelledError:
+            if ticket.withdraw():
+                prepared.abort()
+            raise
+        finally:
+            for task in interrupts:
+                task.cancel()
+            self._ungate(early)
+        if started is None:
+            prepared.abort()
+        return started
+
+    async def _not_started(self, held: Versioned[RunRecord], process: Process) -> Outcome:
+        """The job was aborted at its gate: end the attempt as if it had
+        never been prepared (revoked: leave it; shutdown: hand back; cancel:
+        report it cancelled), or, the session being lost, raise."""
+        await process.wait()  # the gate exits at once, the job never ran
+        if await self._settle(held, claimed=True) is not None:
+            self.session.check()
+        return None, None, ""
 
     async def _mark_running(
         self, held: Versioned[RunRecord], started_ms: int, pid: int | None

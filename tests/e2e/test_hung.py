@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from etcdsched.executor import ExitStatus
+from etcdsched.executor import ExitStatus, Prepared
 from etcdsched.logstore import LogWriter
 from etcdsched.models import RunRecord
 from etcdsched.spec import JobSpec
@@ -34,15 +34,15 @@ class StuckProcess:
 
 
 class StuckExecutor:
-    async def start(
+    async def prepare(
         self,
         run: RunRecord,
         attempt: int,
         worker_id: str,
         log: LogWriter,
         guard: Callable[[int], None] | None = None,
-    ) -> StuckProcess:
-        return StuckProcess()
+    ) -> Prepared:
+        return Prepared(StuckProcess())
 
 
 async def test_hung_run_is_timed_out_by_the_owner(services: Services) -> None:

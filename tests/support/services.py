@@ -13,6 +13,7 @@ from etcdsched.clock import SystemClock
 from etcdsched.config import Config
 from etcdsched.etcd_store import EtcdStore
 from etcdsched.executor import Executor, ProcessExecutor
+from etcdsched.starter import ThreadStarter
 from etcdsched.jobs import JobService
 from etcdsched.keys import Keys
 from etcdsched.logstore import DirLogStore
@@ -46,7 +47,13 @@ class Services:
     ) -> WorkerService:
         cfg = self.config.model_copy(update={"member_id": name, **overrides})
         service = WorkerService(
-            cfg, self.store, self.keys, SystemClock(), executor or ProcessExecutor(), self.logs
+            cfg,
+            self.store,
+            self.keys,
+            SystemClock(),
+            executor or ProcessExecutor(),
+            self.logs,
+            starter=ThreadStarter(),
         )
         self.workers[name] = service
         self.tasks[name] = asyncio.create_task(service.run(), name=name)

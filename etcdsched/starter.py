@@ -1,0 +1,163 @@
+"""Opening a prepared job's gate at its instant (ADR 0008).
+
+A worker prepares a job shortly before its not-before instant (the fork
+happens then, behind the gate, see :class:`~etcdsched.executor.Prepared`)
+and hands it to a starter, which opens the gate at the instant, if the
+worker's session still holds then, and says when it did.
+
+* :class:`ThreadStarter` (the agents) opens gates from a thread of its own:
+  how late a job starts then depends on that thread getting a CPU and the
+  GIL, not on how many callbacks the event loop has queued at that moment.
+* :class:`LoopStarter` opens them from a task on the event loop, on the
+  service's clock (tests with a fake clock).
+
+Exactly one side decides each :class:`StartTicket`: the starter opens the
+gate (or refuses, the session being lost), or the attempt withdraws it
+first (revoked, cancelled, shutting down). A lock makes that one decision.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import threading
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from etcdsched.clock import Clock
+from etcdsched.executor import Prepared
+
+
+class StartTicket:
+    """One prepared job waiting for its instant. ``started`` resolves to the
+    wall-clock ms at which the gate was opened, or None if the starter
+    refused (the session no longer holds); it never resolves once withdrawn."""
+
+    def __init__(self, prepared: Prepared, may_start: Callable[[], bool]) -> None:
+        self.prepared = prepared
+        self._may_start = may_start
+        self._loop = asyncio.get_running_loop()
+        self.started: asyncio.Future[int | None] = self._loop.create_future()
+        self._decided = False
+        self._lock = threading.Lock()
+
+    def fire(self, now_ms: Callable[[], int]) -> None:
+        """Open the gate (unless withdrawn or the session is lost) and say when."""
+        with self._lock:
+            if self._decided:
+                return
+            self._decided = True
+            stamp = None
+            if self._may_start():
+                self.prepared.open()
+                stamp = now_ms()
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+            self._loop.call_soon_threadsafe(self._resolve, stamp)
+
+    def withdraw(self) -> bool:
+        """Take the job back if the gate has not been opened: True = it never
+        will be (the caller aborts it); False = the starter decided first."""
+        with self._lock:
+            if self._decided:
+                return False
+            self._decided = True
+            return True
+
+    def _resolve(self, stamp: int | None) -> None:
+        if not self.started.done():
+            self.started.set_result(stamp)
+
+
+class Starter(Protocol):
+    def schedule(
+        self, prepared: Prepared, at_ms: int, may_start: Callable[[], bool]
+    ) -> StartTicket:
+        """Open ``prepared`` at wall-clock ``at_ms`` (at once if it passed),
+        provided ``may_start()`` is true then. Call on the event loop."""
+        ...
+
+    def close(self) -> None:
+        """Stop; tickets not yet fired stay undecided (their attempts withdraw them)."""
+        ...
+
+
+class LoopStarter:
+    """Fires tickets from event-loop tasks, on the service's clock."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def schedule(
+        self, prepared: Prepared, at_ms: int, may_start: Callable[[], bool]
+    ) -> StartTicket:
+        ticket = StartTicket(prepared, may_start)
+        task = asyncio.create_task(self._fire_at(ticket, at_ms), name="start-at")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return ticket
+
+    async def _fire_at(self, ticket: StartTicket, at_ms: int) -> None:
+        await self._clock.sleep_until_ms(at_ms)
+        ticket.fire(self._clock.now_ms)
+
+    def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class ThreadStarter:
+    """Fires tickets from one daemon thread, on the system clock."""
+
+    def __init__(self) -> None:
+        self._due: list[tuple[int, int, StartTicket]] = []
+        self._seq = itertools.count()
+        self._wake = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def schedule(
+        self, prepared: Prepared, at_ms: int, may_start: Callable[[], bool]
+    ) -> StartTicket:
+        ticket = StartTicket(prepared, may_start)
+        with self._wake:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._main, name="starter", daemon=True)
+                self._thread.start()
+            heapq.heappush(self._due, (at_ms, next(self._seq), ticket))
+            self._wake.notify()
+        return ticket
+
+    def close(self) -> None:
+        with self._wake:
+            self._closed = True
+            self._wake.notify()
+
+    def _main(self) -> None:
+        while True:
+            due = self._next_due()
+            if due is None:
+                return
+            for ticket in due:
+                ticket.fire(_wall_ms)
+
+    def _next_due(self) -> list[StartTicket] | None:
+        """Wait until the earliest ticket is due; all due ones. None = closed.
+        Re-reads the wall clock after every wake-up (it may have been stepped)."""
+        with self._wake:
+            while not self._closed:
+                now = _wall_ms()
+                if self._due and self._due[0][0] <= now:
+                    due = []
+                    while self._due and self._due[0][0] <= now:
+                        due.append(heapq.heappop(self._due)[2])
+                    return due
+                self._wake.wait((self._due[0][0] - now) / 1000 if self._due else None)
+            return None
