@@ -1,9 +1,9 @@
 """The worker role: run what is assigned to this worker, truthfully.
 
 Per incarnation the worker opens a session (lease), registers under it, and
-watches only ``assign/<me>/``. For each assignment it waits for the
-not-before instant, *claims* the attempt and starts the process, enforces
-the timeout, obeys cancel, and reports the outcome with a transaction whose
+watches only ``assign/<me>/``. For each assignment it *claims* the
+attempt, starts the process at the not-before instant, enforces the
+timeout, obeys cancel, and reports the outcome with a transaction whose
 compare is *my claim is still there, byte for byte* (same worker, attempt
 and lease) — so an attempt that was declared lost or hung can never write.
 

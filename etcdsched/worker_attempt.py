@@ -2,10 +2,11 @@
 supervise, report.
 
 The claim is taken when the assignment arrives, ahead of the not-before
-instant, so at that instant the worker starts the process from its own
-timer with etcd off the critical path (a burst of runs due at one instant
-costs a local start each, not a round trip each). The run says ``running``
-right after the start.
+instant (ADR 0007); half a second before the instant the job is prepared,
+forked behind its gate, and at the instant the worker's starter opens the
+gate (``etcdsched.worker_start``, ADR 0008). etcd is off the critical
+path: a burst of runs due at one instant costs a gate opening each, not a
+round trip each. The run says ``running`` right after the start.
 
 Transactions and their compares:
 
@@ -30,28 +31,23 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from etcdsched.codec import encode
 from etcdsched.errors import EtcdschedError, StoreUnavailable
-from etcdsched.executor import ExitStatus, Prepared, Process
+from etcdsched.executor import ExitStatus, Process
 from etcdsched.logstore import LogWriter
 from etcdsched.models import ActivePointer, Claim, RunRecord, finish_attempt, start_attempt
 from etcdsched.session import Session
 from etcdsched.statemachine import RunState, transition
 from etcdsched.store import Cmp, Compare, Op, Ops, TxnResult, Versioned
+from etcdsched.worker_start import PRESTART_MS, InstantStart, until
 
 if TYPE_CHECKING:
     from etcdsched.worker import Running, WorkerService
 
 log = logging.getLogger(__name__)
 HUNG_SLACK_MS = 5000
-PRESTART_MS = 500
-"""How long before its instant a job is prepared: forked behind its gate,
-so that at the instant only the gate opens (ADR 0008)."""
-PRESTART_LIMIT = 256
-"""At most this many prepared jobs wait at their gates per worker (each is
-a process and three pipes); more due at once are prepared at the instant."""
 T = TypeVar("T")
 
 Outcome = tuple[str | None, int | None, str]
@@ -86,7 +82,7 @@ class AttemptRunner:
                 await self._report("failed", None, f"could not open its log: {exc}")
             return
         try:
-            await self._until(self.assignment.not_before_ms - PRESTART_MS)
+            await until(self.w, self.item, self.assignment.not_before_ms - PRESTART_MS)
             held = await self._settle(held, claimed=True)
             if held is None:
                 return
@@ -128,19 +124,6 @@ class AttemptRunner:
                 continue
             if claimed or await self._claim(current):
                 return current
-
-    async def _until(self, wall_ms: int) -> None:
-        """Sleep until ``wall_ms``, or until the attempt is revoked or shut down."""
-        waits = [
-            asyncio.create_task(self.w.clock.sleep_until_ms(wall_ms)),
-            asyncio.create_task(self.item.revoked.wait()),
-            asyncio.create_task(self.item.shutdown.wait()),
-        ]
-        try:
-            await asyncio.wait(waits, return_when="FIRST_COMPLETED")
-        finally:
-            for task in waits:
-                task.cancel()
 
     async def _read_run(self) -> Versioned[RunRecord]:
         """Read the run; see :meth:`_while_session_holds`."""
@@ -209,24 +192,19 @@ class AttemptRunner:
         """Prepare the process, have it started at the instant, say so, and
         wait for whichever comes first: exit, timeout, cancel, revoke, shutdown."""
         run = held.value
-        early = await self._prepare_early()
+        starting = InstantStart(self.w, self.item, self.session)
+        await starting.make_room()
         self.session.check()
         try:
-            prepared = await self.w.executor.prepare(
-                run, run.attempt, self.w.member_id, writer, guard=self.w.watchdog.add
-            )
+            prepared = await starting.prepare(run, writer)
         except Exception as exc:  # e.g. fork failed: the attempt failed, say why
-            self._ungate(early)
             log.exception("run %s: could not start", self.rid)
             if not await self._mark_running(held, self.w.clock.now_ms(), None):
                 return None, None, ""
             return "failed", None, f"could not start: {exc}"
         process = self.item.process = prepared.process
         try:
-            if not prepared.holds_process:
-                self._ungate(early)
-                early = False
-            started_ms = await self._start_at_instant(prepared, early)
+            started_ms = await starting.started_ms(prepared)
             if started_ms is None:
                 return await self._not_started(held, process)
             self.w.observe_start(started_ms - self.assignment.not_before_ms)
@@ -238,52 +216,6 @@ class AttemptRunner:
         finally:
             if process.pgid is not None:
                 self.w.watchdog.remove(process.pgid)
-
-    async def _prepare_early(self) -> bool:
-        """Whether the job is prepared (forked, behind its gate) ahead of its
-        instant: yes unless ``PRESTART_LIMIT`` jobs already wait at their
-        gates; then it is prepared at the instant instead."""
-        if self.w.clock.now_ms() >= self.assignment.not_before_ms:
-            return False
-        if self.w.gated < PRESTART_LIMIT:
-            self.w.gated += 1
-            return True
-        await self._until(self.assignment.not_before_ms)
-        return False
-
-    def _ungate(self, early: bool) -> None:
-        if early:
-            self.w.gated -= 1
-
-    async def _start_at_instant(self, prepared: Prepared, early: bool) -> int | None:
-        """Wall ms at which the starter opened the gate; None if it never
-        will: the attempt was revoked, cancelled or shut down first, or the
-        session was lost by the instant. Then the job is aborted at its gate
-        without having run."""
-        ticket = self.w.starter.schedule(
-            prepared, self.assignment.not_before_ms, self.session.holds
-        )
-        interrupts: list[asyncio.Future[Any]] = [
-            asyncio.create_task(event.wait())
-            for event in (self.item.revoked, self.item.cancel, self.item.shutdown)
-        ]
-        try:
-            await asyncio.wait([ticket.started, *interrupts], return_when="FIRST_COMPLETED")
-            if not ticket.started.done() and ticket.withdraw():
-                prepared.abort()
-                return None
-            started = await ticket.started
-        except asyncio.CancelledError:
-            if ticket.withdraw():
-                prepared.abort()
-            raise
-        finally:
-            for task in interrupts:
-                task.cancel()
-            self._ungate(early)
-        if started is None:
-            prepared.abort()
-        return started
 
     async def _not_started(self, held: Versioned[RunRecord], process: Process) -> Outcome:
         """The job was aborted at its gate: end the attempt as if it had

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from datetime import UTC, datetime
 from itertools import pairwise
+from pathlib import Path
 
 import pytest
 
+from etcdsched.runs import cancel_run
 from etcdsched.spec import JobSpec
 from etcdsched.statemachine import RunState
 from tests.support.eventually import assert_eventually
@@ -100,6 +103,42 @@ async def test_a_run_placed_ahead_is_claimed_on_arrival_and_started_at_its_insta
     assert attempt.started_ms is not None and attempt.started_ms >= run.not_before_ms
     assert attempt.pid is not None
     assert (await services.store.range(services.keys.claims_prefix())).kvs == []
+
+
+async def test_a_job_cancelled_while_it_waits_at_its_gate_never_runs(
+    services: Services, tmp_path: Path
+) -> None:
+    """Half a second before its instant the job is forked behind its gate
+    (ADR 0008). Cancelled then, the gate is aborted: the command never
+    runs, the run ends ``cancelled`` before it started, nothing is left
+    guarded or claimed."""
+    services.config = services.config.model_copy(update={"lookahead_ms": 3000})
+    services.start_scheduler("s1")
+    worker = services.start_worker("w1")
+    marker = tmp_path / "ran"
+    at_ms = int(time.time() * 1000) + 2500
+    at = datetime.fromtimestamp(at_ms / 1000, tz=UTC).isoformat()
+    job = await services.jobs.create(spec({"kind": "at", "at": at}, ["touch", str(marker)]), "g")
+
+    def waiting_at_its_gate() -> None:
+        assert worker.gated == 1
+
+    await assert_eventually(waiting_at_its_gate, timeout=5, interval=0.01)
+    assert int(time.time() * 1000) < at_ms, "too slow to cancel before the instant"
+    rid = (await services.runs_of(job.id))[0].id
+    await cancel_run(services.store, services.keys, rid, int(time.time() * 1000), "test")
+
+    async def cancelled() -> None:
+        runs = await services.runs_of(job.id)
+        assert runs and runs[0].state is RunState.CANCELLED, runs
+
+    await assert_eventually(cancelled, timeout=10)
+    run = (await services.runs_of(job.id))[0]
+    assert run.attempts[-1].started_ms is None
+    assert worker.gated == 0
+    assert (await services.store.range(services.keys.claims_prefix())).kvs == []
+    await asyncio.sleep(max(0.0, at_ms / 1000 - time.time()) + 0.5)  # past the instant
+    assert not marker.exists()
 
 
 async def test_an_attempt_whose_log_cannot_be_opened_fails_and_says_why(

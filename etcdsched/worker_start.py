@@ -1,0 +1,112 @@
+"""Starting an attempt's job at its instant (ADR 0008).
+
+The job is *prepared* shortly before its not-before instant: forked behind
+its gate (:class:`~etcdsched.executor.Prepared`), its process group already
+guarded by the watchdog. At the instant the worker's starter opens the gate,
+if the session still holds. Forking ahead takes the fork, the pipes and the
+event loop's queue off the critical instant; the gate keeps the job itself
+from running a moment early.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from etcdsched.executor import Prepared
+from etcdsched.logstore import LogWriter
+from etcdsched.models import RunRecord
+from etcdsched.session import Session
+
+if TYPE_CHECKING:
+    from etcdsched.worker import Running, WorkerService
+
+PRESTART_MS = 500
+"""How long before its instant a job is prepared."""
+PRESTART_LIMIT = 256
+"""At most this many prepared jobs wait at their gates per worker (each is
+a process and three pipes); more due at once are prepared at the instant."""
+
+
+async def until(worker: WorkerService, item: Running, wall_ms: int) -> None:
+    """Sleep until ``wall_ms``, or until the attempt is revoked or shut down."""
+    waits = [
+        asyncio.create_task(worker.clock.sleep_until_ms(wall_ms)),
+        asyncio.create_task(item.revoked.wait()),
+        asyncio.create_task(item.shutdown.wait()),
+    ]
+    try:
+        await asyncio.wait(waits, return_when="FIRST_COMPLETED")
+    finally:
+        for task in waits:
+            task.cancel()
+
+
+class InstantStart:
+    """One attempt's way from prepared to started. ``make_room``, then
+    ``prepare``, then ``started_ms``."""
+
+    def __init__(self, worker: WorkerService, item: Running, session: Session) -> None:
+        self.w = worker
+        self.item = item
+        self.session = session
+        self.at_ms = item.assignment.not_before_ms
+        self._early = False
+        """We count in ``worker.gated`` (prepared ahead, gate still shut)."""
+
+    async def make_room(self) -> None:
+        """Before the instant, take a place among the jobs waiting at their
+        gates; if ``PRESTART_LIMIT`` already wait, wait for the instant."""
+        if self.w.clock.now_ms() >= self.at_ms:
+            return
+        if self.w.gated < PRESTART_LIMIT:
+            self.w.gated += 1
+            self._early = True
+            return
+        await until(self.w, self.item, self.at_ms)
+
+    async def prepare(self, run: RunRecord, writer: LogWriter) -> Prepared:
+        """The executor's prepared job; raises what the executor raises."""
+        try:
+            prepared = await self.w.executor.prepare(
+                run, run.attempt, self.w.member_id, writer, guard=self.w.watchdog.add
+            )
+        except BaseException:
+            self._leave_room()
+            raise
+        if not prepared.holds_process:
+            self._leave_room()
+        return prepared
+
+    async def started_ms(self, prepared: Prepared) -> int | None:
+        """Wall ms at which the starter opened the gate; None if it never
+        will: the attempt was revoked, cancelled or shut down first, or the
+        session was lost by the instant. Then the job is aborted at its
+        gate without having run."""
+        ticket = self.w.starter.schedule(prepared, self.at_ms, self.session.holds)
+        interrupts: list[asyncio.Future[Any]] = [
+            asyncio.create_task(event.wait())
+            for event in (self.item.revoked, self.item.cancel, self.item.shutdown)
+        ]
+        try:
+            await asyncio.wait([ticket.started, *interrupts], return_when="FIRST_COMPLETED")
+            if not ticket.started.done() and ticket.withdraw():
+                prepared.abort()
+                return None
+            started = await ticket.started
+        except asyncio.CancelledError:
+            if ticket.withdraw():
+                prepared.abort()
+            raise
+        finally:
+            for task in interrupts:
+                task.cancel()
+            self._leave_room()
+        if started is None:
+            prepared.abort()
+        return started
+
+    def _leave_room(self) -> None:
+        if self._early:
+            self._early = False
+            self.w.gated -= 1
