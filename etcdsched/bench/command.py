@@ -80,6 +80,8 @@ _OPTIONS = [
     click.option("--idle-every", type=DURATION),
     click.option("--idle-duration", type=DURATION),
     click.option("--idle-executor", type=click.Choice(["noop", "process"])),
+    click.option("--idle-rounds", type=click.IntRange(min=1),
+                 help="idle-lag: repeats; the target uses the median round."),
     click.option("--burst-sizes", type=COUNTS, help="burst: e.g. 10k,100k."),
     click.option("--burst-lead", type=DURATION, help="burst: submitted this long ahead."),
     click.option("--burst-workers", type=click.IntRange(min=1)),

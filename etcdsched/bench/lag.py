@@ -79,13 +79,13 @@ def _p99(times: list[RunTimes], expected: int) -> float:
     return percentile(sorted(values), 99)
 
 
-async def run_idle(ctx: BenchContext) -> ScenarioResult:
+async def _idle_round(ctx: BenchContext, label: str) -> tuple[list[RunTimes], int]:
+    """One round on a fresh cluster prefix and fleet: (run times, expected runs)."""
     opts = ctx.options
-    keys = ctx.new_keys("idle-lag")
+    keys = ctx.new_keys(label)
     partitions = await ctx.init_cluster(keys)
-    fleet = ctx.fleet(keys, "idle-lag")
+    fleet = ctx.fleet(keys, label)
     every_ms = int(opts.idle_every * 1000)
-    note(f"idle-lag: {opts.idle_jobs} jobs every {opts.idle_every:g}s, {opts.idle_executor}")
     try:
         fleet.spawn("sched-0", ("scheduler",))
         fleet.spawn("worker-0", ("worker",), executor=opts.idle_executor)
@@ -94,14 +94,30 @@ async def run_idle(ctx: BenchContext) -> ScenarioResult:
         end = t0 + int(opts.idle_duration * 1000) - 1
         expected = expected_slots(opts.idle_jobs, every_ms, t0, end)
         rows = interval_rows(keys, partitions, opts.idle_jobs, every_ms, t0, end, "idle")
-        await write_jobs(ctx.store, keys, rows, len(rows), "idle-lag: jobs")
-        await ctx.sleep_with_progress((end - time.time() * 1000) / 1000, "idle-lag: load", keys)
-        await ctx.wait_drained(keys, expected, "idle-lag: drain")
+        await write_jobs(ctx.store, keys, rows, len(rows), f"{label}: jobs")
+        await ctx.sleep_with_progress((end - time.time() * 1000) / 1000, f"{label}: load", keys)
+        await ctx.wait_drained(keys, expected, f"{label}: drain")
     finally:
         fleet.stop_all()
     times = await read_runs(ctx.store, keys)
     await ctx.cleanup(keys)
-    return ScenarioResult(
+    return times, expected
+
+
+async def run_idle(ctx: BenchContext) -> ScenarioResult:
+    """``idle_rounds`` rounds; the target is judged on the median round by
+    p99 (this machine is shared: one round can land on a noisy minute), and
+    every round is shown."""
+    opts = ctx.options
+    note(f"idle-lag: {opts.idle_jobs} jobs every {opts.idle_every:g}s, {opts.idle_executor}")
+    rounds = []
+    for i in range(opts.idle_rounds):
+        rounds.append(await _idle_round(ctx, f"idle-lag-{i + 1}"))
+    p99s = [_p99(times, expected) for times, expected in rounds]
+    median = sorted(range(len(rounds)), key=lambda i: p99s[i])[len(rounds) // 2]
+    lag_rows = [[i + 1, *_lag_cells(times, expected)] for i, (times, expected) in enumerate(rounds)]
+    ahead_rows = [[i + 1, *_ahead_cells(times)] for i, (times, _) in enumerate(rounds)]
+    result = ScenarioResult(
         name="idle-lag",
         title="Start lag, idle cluster",
         params={
@@ -110,16 +126,30 @@ async def run_idle(ctx: BenchContext) -> ScenarioResult:
             "duration_s": opts.idle_duration,
             "executor": opts.idle_executor,
             "lookahead_ms": opts.lookahead_ms,
+            "rounds": opts.idle_rounds,
         },
         tables=[
-            Table("start lag", LAG_COLUMNS, [_lag_cells(times, expected)]),
-            Table("where the lag comes from", AHEAD_COLUMNS, [_ahead_cells(times)]),
+            Table("start lag", ["round", *LAG_COLUMNS], lag_rows),
+            Table("where the lag comes from", ["round", *AHEAD_COLUMNS], ahead_rows),
         ],
         targets=[
-            Target("idle start lag p99 <= 50 ms", _p99(times, expected), 50.0, "lower", " ms")
+            Target(
+                f"idle start lag p99 <= 50 ms (median of {len(rounds)} rounds: round {median + 1})",
+                p99s[median],
+                50.0,
+                "lower",
+                " ms",
+            )
         ],
-        series={"lag_curve": quantile_curve(lags(times))},
+        series={"lag_curve": quantile_curve(lags(rounds[median][0]))},
     )
+    if len(rounds) > 1:
+        result.notes.append(
+            f"Each round is a fresh fleet on a fresh key prefix, one after the other; the"
+            f" target is judged on the round with the median p99 (round {median + 1}), the"
+            f" plot shows that round."
+        )
+    return result
 
 
 def burst_ahead_s(size: int, lead_s: float) -> float:

@@ -41,6 +41,7 @@ class BenchOptions:
     idle_every: float = 10.0
     idle_duration: float = 60.0
     idle_executor: str = "process"
+    idle_rounds: int = 3
     # burst
     burst_sizes: tuple[int, ...] = (10_000, 100_000)
     burst_lead: float = 60.0
@@ -78,6 +79,7 @@ _SIZE_FIELDS = (
     "rate",
     "idle_jobs",
     "idle_duration",
+    "idle_rounds",
     "burst_sizes",
     "burst_lead",
     "scan_sizes",
@@ -96,6 +98,7 @@ SMOKE: dict[str, Any] = {
     "idle_jobs": 100,
     "idle_every": 2.0,
     "idle_duration": 10.0,
+    "idle_rounds": 1,
     "burst_sizes": (200, 1000),
     "burst_lead": 5.0,
     "scan_sizes": (1000, 10_000),
