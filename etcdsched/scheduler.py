@@ -193,15 +193,35 @@ class SchedulerService:
                 await self._stop_partition(partition)
                 await self.ownership.release(partition)
         before = len(self.owned)
-        for partition, member in desired.items():
-            wanted = member == self.member_id and partition not in self.owned
-            if not wanted or not self._free(partition):
-                continue
-            if await self.ownership.acquire(partition, self.session, self.clock.now_ms()):
-                self._start_partition(partition)
+        await self._acquire_free(desired)
         PARTITIONS_OWNED.set(len(self.owned))
         if len(self.owned) != before:
             log.info("scheduler %s owns %d partitions", self.member_id, len(self.owned))
+
+    async def _acquire_free(self, desired: dict[int, str]) -> None:
+        """Acquire every free partition meant for us at once, then start
+        those we got. One at a time, each acquire waited behind the partitions
+        started before it (their first listing, firing and placement share
+        this loop): taking over 50 partitions of a dead scheduler took 2 s
+        after its lease expired. Each acquire is still its own transaction
+        (compare: owner key absent), so at most one owner per partition."""
+        assert self.session is not None
+        session, now_ms = self.session, self.clock.now_ms()
+        wanted = [
+            partition
+            for partition, member in desired.items()
+            if member == self.member_id and partition not in self.owned and self._free(partition)
+        ]
+        results = await asyncio.gather(
+            *(self.ownership.acquire(partition, session, now_ms) for partition in wanted),
+            return_exceptions=True,
+        )
+        for partition, got in zip(wanted, results, strict=True):
+            if got is True:
+                self._start_partition(partition)
+        errors = [error for error in results if isinstance(error, BaseException)]
+        if errors:
+            raise errors[0]  # an unknown outcome: the next pass re-reads (ours by lease)
 
     def _free(self, partition: int) -> bool:
         kv = self.owners.items.get(self.keys.owner(partition))
