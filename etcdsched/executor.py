@@ -412,6 +412,9 @@ class ProcessExecutor(StartsAtOnce):
         except OSError as error:
             os.close(gate_write)
             return Prepared(_failed_start(argv, cwd, error, log))
+        except BaseException:  # e.g. cancelled mid-spawn: asyncio kills the child
+            os.close(gate_write)
+            raise
         finally:
             os.close(gate_read)
         prepared = Prepared(_GroupProcess(proc, log, grace, runtime_cleanup), gate_write)

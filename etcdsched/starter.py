@@ -34,7 +34,8 @@ from etcdsched.executor import Prepared
 class StartTicket:
     """One prepared job waiting for its instant. ``started`` resolves to the
     wall-clock ms at which the gate was opened, or None if the starter
-    refused (the session no longer holds); it never resolves once withdrawn."""
+    refused (the session no longer holds), or raises why the gate could not
+    be opened; it never resolves once withdrawn."""
 
     def __init__(self, prepared: Prepared, may_start: Callable[[], bool]) -> None:
         self.prepared = prepared
@@ -45,17 +46,23 @@ class StartTicket:
         self._lock = threading.Lock()
 
     def fire(self, now_ms: Callable[[], int]) -> None:
-        """Open the gate (unless withdrawn or the session is lost) and say when."""
+        """Open the gate (unless withdrawn or the session is lost) and say
+        when. A gate that cannot be opened (its process died: the watchdog
+        kills gated jobs too) makes ``started`` raise that error; it never
+        escapes here, where it would end the starter's thread."""
         with self._lock:
             if self._decided:
                 return
             self._decided = True
-            stamp = None
-            if self._may_start():
-                self.prepared.open()
-                stamp = now_ms()
+            stamp, error = None, None
+            try:
+                if self._may_start():
+                    self.prepared.open()
+                    stamp = now_ms()
+            except Exception as exc:
+                error = exc
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
-            self._loop.call_soon_threadsafe(self._resolve, stamp)
+            self._loop.call_soon_threadsafe(self._resolve, stamp, error)
 
     def withdraw(self) -> bool:
         """Take the job back if the gate has not been opened: True = it never
@@ -66,8 +73,12 @@ class StartTicket:
             self._decided = True
             return True
 
-    def _resolve(self, stamp: int | None) -> None:
-        if not self.started.done():
+    def _resolve(self, stamp: int | None, error: Exception | None) -> None:
+        if self.started.done():
+            return
+        if error is not None:
+            self.started.set_exception(error)
+        else:
             self.started.set_result(stamp)
 
 

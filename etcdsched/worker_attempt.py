@@ -197,14 +197,14 @@ class AttemptRunner:
         self.session.check()
         try:
             prepared = await starting.prepare(run, writer)
-        except Exception as exc:  # e.g. fork failed: the attempt failed, say why
-            log.exception("run %s: could not start", self.rid)
-            if not await self._mark_running(held, self.w.clock.now_ms(), None):
-                return None, None, ""
-            return "failed", None, f"could not start: {exc}"
+        except Exception as exc:  # e.g. fork failed
+            return await self._start_failed(held, exc)
         process = self.item.process = prepared.process
         try:
-            started_ms = await starting.started_ms(prepared)
+            try:
+                started_ms = await starting.started_ms(prepared)
+            except OSError as exc:  # the gate died shut (the watchdog killed it)
+                return await self._start_failed(held, exc)
             if started_ms is None:
                 return await self._not_started(held, process)
             self.w.observe_start(started_ms - self.assignment.not_before_ms)
@@ -216,6 +216,13 @@ class AttemptRunner:
         finally:
             if process.pgid is not None:
                 self.w.watchdog.remove(process.pgid)
+
+    async def _start_failed(self, held: Versioned[RunRecord], exc: Exception) -> Outcome:
+        """The job could not be started: the attempt failed, and says why."""
+        log.error("run %s: could not start: %s", self.rid, exc, exc_info=exc)
+        if not await self._mark_running(held, self.w.clock.now_ms(), None):
+            return None, None, ""
+        return "failed", None, f"could not start: {exc}"
 
     async def _not_started(self, held: Versioned[RunRecord], process: Process) -> Outcome:
         """The job was aborted at its gate: end the attempt as if it had
