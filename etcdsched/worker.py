@@ -36,7 +36,7 @@ from etcdsched.clock import Clock
 from etcdsched.coalesce import CoalescingStore
 from etcdsched.config import Config
 from etcdsched.errors import EtcdschedError
-from etcdsched.executor import Executor, Process
+from etcdsched.executor import Executor
 from etcdsched.keys import Keys
 from etcdsched.logstore import LogStore
 from etcdsched.metrics import START_LAG
@@ -44,6 +44,7 @@ from etcdsched.models import (
     Assignment,
     WorkerMember,
 )
+from etcdsched.process_group import Process
 from etcdsched.runs import RunOps
 from etcdsched.session import Session, StoreFactory
 from etcdsched.spec import Capacity

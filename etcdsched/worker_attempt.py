@@ -35,9 +35,9 @@ from typing import TYPE_CHECKING, TypeVar
 
 from etcdsched.codec import encode
 from etcdsched.errors import EtcdschedError, StoreUnavailable
-from etcdsched.executor import ExitStatus, Process
 from etcdsched.logstore import LogWriter
 from etcdsched.models import ActivePointer, Claim, RunRecord, finish_attempt, start_attempt
+from etcdsched.process_group import ExitStatus, Process
 from etcdsched.session import Session
 from etcdsched.statemachine import RunState, transition
 from etcdsched.store import Cmp, Compare, Op, Ops, TxnResult, Versioned

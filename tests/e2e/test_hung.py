@@ -6,9 +6,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from etcdsched.executor import ExitStatus, Prepared
+from etcdsched.executor import Prepared
 from etcdsched.logstore import LogWriter
 from etcdsched.models import RunRecord
+from etcdsched.process_group import ExitStatus
 from etcdsched.spec import JobSpec
 from etcdsched.statemachine import RunState
 from tests.support.eventually import assert_eventually

@@ -18,15 +18,11 @@ import pytest
 import pytest_asyncio
 
 from etcdsched.errors import InvalidInput
-from etcdsched.executor import (
-    ExitStatus,
-    NoopExecutor,
-    Process,
-    ProcessExecutor,
-)
+from etcdsched.executor import NoopExecutor, ProcessExecutor
 from etcdsched.job_commands import command_argv
 from etcdsched.logstore import DirLogStore, LogWriter
 from etcdsched.models import RunRecord
+from etcdsched.process_group import ExitStatus, Process
 from etcdsched.spec import CommandExecution, JobSpec
 from tests.support.eventually import assert_eventually
 

@@ -19,12 +19,12 @@ import pytest_asyncio
 from etcdsched.executor import (
     EXIT_NOT_FOUND,
     Executor,
-    ExitStatus,
     NoopExecutor,
     Prepared,
     ProcessExecutor,
 )
 from etcdsched.logstore import DirLogStore, LogWriter
+from etcdsched.process_group import ExitStatus
 from etcdsched.starter import ThreadStarter
 from tests.integration.test_executor import RUN_ID, make_run
 from tests.support.eventually import assert_eventually

@@ -13,12 +13,12 @@ from etcdsched.clock import SystemClock
 from etcdsched.config import Config
 from etcdsched.etcd_store import EtcdStore
 from etcdsched.executor import Executor, ProcessExecutor
-from etcdsched.starter import ThreadStarter
 from etcdsched.jobs import JobService
 from etcdsched.keys import Keys
 from etcdsched.logstore import DirLogStore
 from etcdsched.models import RunRecord
 from etcdsched.scheduler import SchedulerService, ensure_cluster
+from etcdsched.starter import ThreadStarter
 from etcdsched.worker import WorkerService
 
 PARTITIONS = 4

@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from etcdsched.clock import FakeClock
-from etcdsched.executor import ExitStatus, Prepared
+from etcdsched.executor import Prepared
+from etcdsched.process_group import ExitStatus
 from etcdsched.starter import LoopStarter, StartTicket, ThreadStarter
 
 START_MS = 1_767_225_600_000
