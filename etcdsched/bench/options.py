@@ -38,10 +38,12 @@ class BenchOptions:
     workers: int = 1
     # idle-lag
     idle_jobs: int = 1000
-    idle_every: float = 10.0
-    idle_duration: float = 60.0
+    idle_every: float = 60.0
+    idle_duration: float = 120.0
     idle_executor: str = "process"
     idle_rounds: int = 3
+    busy_every: float = 10.0
+    busy_duration: float = 60.0
     # burst
     burst_sizes: tuple[int, ...] = (10_000, 100_000)
     burst_lead: float = 60.0
@@ -99,6 +101,8 @@ SMOKE: dict[str, Any] = {
     "idle_every": 2.0,
     "idle_duration": 10.0,
     "idle_rounds": 1,
+    "busy_every": 1.0,
+    "busy_duration": 6.0,
     "burst_sizes": (200, 1000),
     "burst_lead": 5.0,
     "scan_sizes": (1000, 10_000),
