@@ -123,7 +123,7 @@ async def run_idle(ctx: BenchContext) -> ScenarioResult:
     idle = rounds[: opts.idle_rounds]
     p99s = [_p99(times, expected) for times, expected in idle]
     median = sorted(range(len(idle)), key=lambda i: p99s[i])[len(idle) // 2]
-    firsts = [[name, f"{opts.idle_jobs / every:g}"] for name, every, _ in plan]
+    firsts = [[name, f"{opts.idle_jobs / every:.3g}"] for name, every, _ in plan]
     lag_rows = [[*first, *_lag_cells(t, n)] for first, (t, n) in zip(firsts, rounds, strict=True)]
     ahead_rows = [[*first, *_ahead_cells(t)] for first, (t, _) in zip(firsts, rounds, strict=True)]
     result = ScenarioResult(
