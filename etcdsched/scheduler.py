@@ -219,9 +219,14 @@ class SchedulerService:
         for partition, got in zip(wanted, results, strict=True):
             if got is True:
                 self._start_partition(partition)
-        errors = [error for error in results if isinstance(error, BaseException)]
-        if errors:
-            raise errors[0]  # an unknown outcome: the next pass re-reads (ours by lease)
+        for partition, got in zip(wanted, results, strict=True):
+            # Session gone (or a bug): end this incarnation. Any other etcd
+            # error leaves an unknown outcome that the next pass re-reads
+            # (an owner key under our lease is ours), keeping the others.
+            if isinstance(got, OwnershipLost) or not isinstance(got, (bool, EtcdschedError)):
+                raise got
+            if isinstance(got, EtcdschedError):
+                log.warning("partition %d: acquire failed: %s", partition, got)
 
     def _free(self, partition: int) -> bool:
         kv = self.owners.items.get(self.keys.owner(partition))

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import heapq
 import itertools
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +30,8 @@ from typing import Protocol
 
 from etcdsched.clock import Clock
 from etcdsched.executor import Prepared
+
+log = logging.getLogger(__name__)
 
 
 class StartTicket:
@@ -157,7 +160,10 @@ class ThreadStarter:
             if due is None:
                 return
             for ticket in due:
-                ticket.fire(_wall_ms)
+                try:
+                    ticket.fire(_wall_ms)
+                except Exception:  # never lose the thread: every later job would wait
+                    log.exception("starter: a ticket failed to fire")
 
     def _next_due(self) -> list[StartTicket] | None:
         """Wait until the earliest ticket is due; all due ones. None = closed.

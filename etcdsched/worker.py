@@ -76,6 +76,9 @@ class Running:
     """This worker is shutting down: hand back if not started, else stop and
     report ``lost`` so the retry policy reruns it elsewhere."""
     process: Process | None = None
+    """Set once the job is prepared (forked behind its gate)."""
+    started: bool = False
+    """The gate opened: the job itself runs (drain hands back the others)."""
 
 
 class WorkerService:
@@ -264,7 +267,7 @@ class WorkerService:
         if self.session is not None and not self.session.lost:
             await self._register(self.session)
         for item in self.running.values():
-            if item.process is None:
+            if not item.started:
                 item.shutdown.set()
         tasks = [i.task for i in self.running.values()]
         if tasks:

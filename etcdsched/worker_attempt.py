@@ -193,8 +193,7 @@ class AttemptRunner:
         wait for whichever comes first: exit, timeout, cancel, revoke, shutdown."""
         run = held.value
         starting = InstantStart(self.w, self.item, self.session)
-        await starting.make_room()
-        self.session.check()
+        await starting.make_room()  # raises, room left, if the session is lost
         try:
             prepared = await starting.prepare(run, writer)
         except Exception as exc:  # e.g. fork failed
@@ -207,6 +206,7 @@ class AttemptRunner:
                 return await self._start_failed(held, exc)
             if started_ms is None:
                 return await self._not_started(held, process)
+            self.item.started = True
             self.w.observe_start(started_ms - self.assignment.not_before_ms)
             await asyncio.sleep(0)  # every run due at this instant starts before any says so
             if not await self._mark_running(held, started_ms, process.pid):
@@ -229,6 +229,7 @@ class AttemptRunner:
         never been prepared (revoked: leave it; shutdown: hand back; cancel:
         report it cancelled), or, the session being lost, raise."""
         await process.wait()  # the gate exits at once, the job never ran
+        self.session.check()  # a fenced worker writes nothing
         if await self._settle(held, claimed=True) is not None:
             self.session.check()
         return None, None, ""

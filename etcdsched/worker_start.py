@@ -56,14 +56,19 @@ class InstantStart:
 
     async def make_room(self) -> None:
         """Before the instant, take a place among the jobs waiting at their
-        gates; if ``PRESTART_LIMIT`` already wait, wait for the instant."""
-        if self.w.clock.now_ms() >= self.at_ms:
-            return
-        if self.w.gated < PRESTART_LIMIT:
-            self.w.gated += 1
-            self._early = True
-            return
-        await until(self.w, self.item, self.at_ms)
+        gates; if ``PRESTART_LIMIT`` already wait, wait for the instant.
+        Then check the session: raises (leaving the place) if it is lost."""
+        if self.w.clock.now_ms() < self.at_ms:
+            if self.w.gated < PRESTART_LIMIT:
+                self.w.gated += 1
+                self._early = True
+            else:
+                await until(self.w, self.item, self.at_ms)
+        try:
+            self.session.check()
+        except BaseException:
+            self._leave_room()
+            raise
 
     async def prepare(self, run: RunRecord, writer: LogWriter) -> Prepared:
         """The executor's prepared job; raises what the executor raises."""
@@ -83,6 +88,10 @@ class InstantStart:
         will: the attempt was revoked, cancelled or shut down first, or the
         session was lost by the instant. Then the job is aborted at its
         gate without having run."""
+        if self._interrupted():  # e.g. cancelled while it was being prepared
+            prepared.abort()
+            self._leave_room()
+            return None
         ticket = self.w.starter.schedule(prepared, self.at_ms, self.session.holds)
         interrupts: list[asyncio.Future[Any]] = [
             asyncio.create_task(event.wait())
@@ -95,8 +104,8 @@ class InstantStart:
                 return None
             started = await ticket.started
         except asyncio.CancelledError:
-            if ticket.withdraw():
-                prepared.abort()
+            ticket.withdraw()
+            prepared.abort()  # a no-op if the gate opened; closes it if refused
             raise
         finally:
             for task in interrupts:
@@ -105,6 +114,10 @@ class InstantStart:
         if started is None:
             prepared.abort()
         return started
+
+    def _interrupted(self) -> bool:
+        item = self.item
+        return item.revoked.is_set() or item.cancel.is_set() or item.shutdown.is_set()
 
     def _leave_room(self) -> None:
         if self._early:

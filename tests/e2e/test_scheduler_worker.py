@@ -141,6 +141,34 @@ async def test_a_job_cancelled_while_it_waits_at_its_gate_never_runs(
     assert not marker.exists()
 
 
+async def test_a_draining_worker_hands_back_a_job_waiting_at_its_gate(
+    services: Services, tmp_path: Path
+) -> None:
+    """SIGTERM drain hands back what has not started; a job forked behind
+    its gate has not: it goes back to the queue without using an attempt."""
+    services.config = services.config.model_copy(update={"lookahead_ms": 3000})
+    services.start_scheduler("s1")
+    worker = services.start_worker("w1")
+    marker = tmp_path / "ran"
+    at_ms = int(time.time() * 1000) + 2500
+    at = datetime.fromtimestamp(at_ms / 1000, tz=UTC).isoformat()
+    job = await services.jobs.create(spec({"kind": "at", "at": at}, ["touch", str(marker)]), "d")
+
+    def waiting_at_its_gate() -> None:
+        assert worker.gated == 1
+
+    await assert_eventually(waiting_at_its_gate, timeout=5, interval=0.01)
+    assert int(time.time() * 1000) < at_ms, "too slow to drain before the instant"
+    await worker.drain()
+
+    run = (await services.runs_of(job.id))[0]
+    assert run.state is RunState.PENDING, run
+    assert run.attempts == [] and run.worker is None
+    assert worker.gated == 0
+    await asyncio.sleep(max(0.0, at_ms / 1000 - time.time()) + 0.5)  # past the instant
+    assert not marker.exists()
+
+
 async def test_an_attempt_whose_log_cannot_be_opened_fails_and_says_why(
     services: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:
