@@ -151,6 +151,7 @@ class EtcdStore:
         self._client = client
         self._options = options
         self.stats = StoreStats()
+        self._reads_in_flight: set[asyncio.Future[Any]] = set()
 
     @classmethod
     async def connect(cls, options: EtcdOptions) -> EtcdStore:
@@ -293,6 +294,8 @@ class EtcdStore:
         for it (the request runs to completion in the background); a task
         cancelled meanwhile leaves it running too."""
         call = asyncio.ensure_future(send())
+        self._reads_in_flight.add(call)  # the loop keeps only weak references
+        call.add_done_callback(self._reads_in_flight.discard)
         call.add_done_callback(_consume_outcome)
         try:
             return await asyncio.wait_for(asyncio.shield(call), self._options.timeout)
