@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import pairwise
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 from etcdsched.runs import cancel_run
 from etcdsched.spec import JobSpec
 from etcdsched.statemachine import RunState
+from etcdsched.worker import WorkerService
 from tests.support.eventually import assert_eventually
 from tests.support.services import Services
 
@@ -105,13 +107,23 @@ async def test_a_run_placed_ahead_is_claimed_on_arrival_and_started_at_its_insta
     assert (await services.store.range(services.keys.claims_prefix())).kvs == []
 
 
-async def test_a_job_cancelled_while_it_waits_at_its_gate_never_runs(
-    services: Services, tmp_path: Path
-) -> None:
-    """Half a second before its instant the job is forked behind its gate
-    (ADR 0008). Cancelled then, the gate is aborted: the command never
-    runs, the run ends ``cancelled`` before it started, nothing is left
-    guarded or claimed."""
+@dataclass
+class GatedJob:
+    """A one-off job whose process waits at its gate, its instant still ahead."""
+
+    worker: WorkerService
+    job_id: str
+    marker: Path
+    at_ms: int
+
+    async def assert_never_ran(self) -> None:
+        await asyncio.sleep(max(0.0, self.at_ms / 1000 - time.time()) + 0.5)  # past the instant
+        assert not self.marker.exists()
+
+
+async def job_at_its_gate(services: Services, tmp_path: Path) -> GatedJob:
+    """Half a second before its instant a job is forked behind its gate
+    (ADR 0008): wait for that, with the instant still ahead."""
     services.config = services.config.model_copy(update={"lookahead_ms": 3000})
     services.start_scheduler("s1")
     worker = services.start_worker("w1")
@@ -124,21 +136,30 @@ async def test_a_job_cancelled_while_it_waits_at_its_gate_never_runs(
         assert worker.gated == 1
 
     await assert_eventually(waiting_at_its_gate, timeout=5, interval=0.01)
-    assert int(time.time() * 1000) < at_ms, "too slow to cancel before the instant"
-    rid = (await services.runs_of(job.id))[0].id
+    assert int(time.time() * 1000) < at_ms, "too slow: the instant passed already"
+    return GatedJob(worker, job.id, marker, at_ms)
+
+
+async def test_a_job_cancelled_while_it_waits_at_its_gate_never_runs(
+    services: Services, tmp_path: Path
+) -> None:
+    """Cancelled at its gate, the job is aborted: the command never runs,
+    the run ends ``cancelled`` before it started, nothing is left guarded
+    or claimed."""
+    gated = await job_at_its_gate(services, tmp_path)
+    rid = (await services.runs_of(gated.job_id))[0].id
     await cancel_run(services.store, services.keys, rid, int(time.time() * 1000), "test")
 
     async def cancelled() -> None:
-        runs = await services.runs_of(job.id)
+        runs = await services.runs_of(gated.job_id)
         assert runs and runs[0].state is RunState.CANCELLED, runs
 
     await assert_eventually(cancelled, timeout=10)
-    run = (await services.runs_of(job.id))[0]
+    run = (await services.runs_of(gated.job_id))[0]
     assert run.attempts[-1].started_ms is None
-    assert worker.gated == 0
+    assert gated.worker.gated == 0
     assert (await services.store.range(services.keys.claims_prefix())).kvs == []
-    await asyncio.sleep(max(0.0, at_ms / 1000 - time.time()) + 0.5)  # past the instant
-    assert not marker.exists()
+    await gated.assert_never_ran()
 
 
 async def test_a_draining_worker_hands_back_a_job_waiting_at_its_gate(
@@ -146,27 +167,14 @@ async def test_a_draining_worker_hands_back_a_job_waiting_at_its_gate(
 ) -> None:
     """SIGTERM drain hands back what has not started; a job forked behind
     its gate has not: it goes back to the queue without using an attempt."""
-    services.config = services.config.model_copy(update={"lookahead_ms": 3000})
-    services.start_scheduler("s1")
-    worker = services.start_worker("w1")
-    marker = tmp_path / "ran"
-    at_ms = int(time.time() * 1000) + 2500
-    at = datetime.fromtimestamp(at_ms / 1000, tz=UTC).isoformat()
-    job = await services.jobs.create(spec({"kind": "at", "at": at}, ["touch", str(marker)]), "d")
+    gated = await job_at_its_gate(services, tmp_path)
+    await gated.worker.drain()
 
-    def waiting_at_its_gate() -> None:
-        assert worker.gated == 1
-
-    await assert_eventually(waiting_at_its_gate, timeout=5, interval=0.01)
-    assert int(time.time() * 1000) < at_ms, "too slow to drain before the instant"
-    await worker.drain()
-
-    run = (await services.runs_of(job.id))[0]
+    run = (await services.runs_of(gated.job_id))[0]
     assert run.state is RunState.PENDING, run
     assert run.attempts == [] and run.worker is None
-    assert worker.gated == 0
-    await asyncio.sleep(max(0.0, at_ms / 1000 - time.time()) + 0.5)  # past the instant
-    assert not marker.exists()
+    assert gated.worker.gated == 0
+    await gated.assert_never_ran()
 
 
 async def test_an_attempt_whose_log_cannot_be_opened_fails_and_says_why(
