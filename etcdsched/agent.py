@@ -17,6 +17,7 @@ import os
 import resource
 import signal
 import sys
+import threading
 from pathlib import Path
 
 from etcdsched.clock import SystemClock
@@ -104,10 +105,13 @@ async def _until_stopped(stop: asyncio.Event, tasks: list[asyncio.Task[None]]) -
 
 
 def _stop_on_signals() -> asyncio.Event:
+    """SIGTERM/SIGINT set the returned event. Only the main thread can take
+    signals: an agent run on another thread (embedded) is stopped through
+    the ``stop`` event of :func:`run_agent` instead."""
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
+    if threading.current_thread() is threading.main_thread():
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
     return stop
 

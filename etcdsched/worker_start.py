@@ -64,11 +64,9 @@ class InstantStart:
                 self._early = True
             else:
                 await until(self.w, self.item, self.at_ms)
-        try:
-            self.session.check()
-        except BaseException:
+        if not self.session.holds():
             self._leave_room()
-            raise
+            self.session.check()
 
     async def prepare(self, run: RunRecord, writer: LogWriter) -> Prepared:
         """The executor's prepared job; raises what the executor raises."""
@@ -88,36 +86,29 @@ class InstantStart:
         will: the attempt was revoked, cancelled or shut down first, or the
         session was lost by the instant. Then the job is aborted at its
         gate without having run."""
-        if self._interrupted():  # e.g. cancelled while it was being prepared
-            prepared.abort()
+        try:
+            if any(event.is_set() for event in self._interrupts()):
+                return None  # e.g. cancelled while it was being prepared
+            return await self._opened(prepared)
+        finally:
+            prepared.abort()  # closes a gate that did not open; a no-op once it opened
             self._leave_room()
-            return None
+
+    async def _opened(self, prepared: Prepared) -> int | None:
         ticket = self.w.starter.schedule(prepared, self.at_ms, self.session.holds)
-        interrupts: list[asyncio.Future[Any]] = [
-            asyncio.create_task(event.wait())
-            for event in (self.item.revoked, self.item.cancel, self.item.shutdown)
+        waits: list[asyncio.Future[Any]] = [
+            asyncio.create_task(event.wait()) for event in self._interrupts()
         ]
         try:
-            await asyncio.wait([ticket.started, *interrupts], return_when="FIRST_COMPLETED")
-            if not ticket.started.done() and ticket.withdraw():
-                prepared.abort()
-                return None
-            started = await ticket.started
-        except asyncio.CancelledError:
-            ticket.withdraw()
-            prepared.abort()  # a no-op if the gate opened; closes it if refused
-            raise
+            await asyncio.wait([ticket.started, *waits], return_when="FIRST_COMPLETED")
+            return None if ticket.withdraw() else await ticket.started
         finally:
-            for task in interrupts:
+            ticket.withdraw()  # cancelled meanwhile: it never opens after this
+            for task in waits:
                 task.cancel()
-            self._leave_room()
-        if started is None:
-            prepared.abort()
-        return started
 
-    def _interrupted(self) -> bool:
-        item = self.item
-        return item.revoked.is_set() or item.cancel.is_set() or item.shutdown.is_set()
+    def _interrupts(self) -> tuple[asyncio.Event, ...]:
+        return self.item.revoked, self.item.cancel, self.item.shutdown
 
     def _leave_room(self) -> None:
         if self._early:
