@@ -26,6 +26,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 from etcdsched.clock import Clock
@@ -43,19 +44,29 @@ class StartTicket:
     def __init__(self, prepared: Prepared, may_start: Callable[[], bool]) -> None:
         self.prepared = prepared
         self._may_start = may_start
-        self._loop = asyncio.get_running_loop()
-        self.started: asyncio.Future[int | None] = self._loop.create_future()
+        self.loop = asyncio.get_running_loop()
+        self.started: asyncio.Future[int | None] = self.loop.create_future()
         self._decided = False
         self._lock = threading.Lock()
 
     def fire(self, now_ms: Callable[[], int]) -> None:
+        """Decide, then resolve ``started`` on its loop: see :meth:`decide`."""
+        outcome = self.decide(now_ms)
+        if outcome is not None:
+            _post(self.loop, [outcome])
+
+    def decide(self, now_ms: Callable[[], int]) -> Outcome | None:
         """Open the gate (unless withdrawn or the session is lost) and say
-        when. A gate that cannot be opened (its process died: the watchdog
-        kills gated jobs too) makes ``started`` raise that error; it never
-        escapes here, where it would end the starter's thread."""
+        when; None if the attempt withdrew first. The caller hands the
+        outcome to :func:`_post`, on the thread it likes: a starter with a
+        thousand jobs due at one instant opens every gate first and wakes
+        the event loop once. A gate that cannot be opened (its process
+        died: the watchdog kills gated jobs too) makes ``started`` raise
+        that error; it never escapes here, where it would end the starter's
+        thread."""
         with self._lock:
             if self._decided:
-                return
+                return None
             self._decided = True
             stamp, error = None, None
             try:
@@ -64,8 +75,7 @@ class StartTicket:
                     stamp = now_ms()
             except Exception as exc:
                 error = exc
-        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
-            self._loop.call_soon_threadsafe(self._resolve, stamp, error)
+        return Outcome(self, stamp, error)
 
     def withdraw(self) -> bool:
         """Take the job back if the gate has not been opened: True = it never
@@ -83,6 +93,27 @@ class StartTicket:
             self.started.set_exception(error)
         else:
             self.started.set_result(stamp)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the starter decided for one ticket, to be delivered on its loop."""
+
+    ticket: StartTicket
+    stamp: int | None
+    error: Exception | None
+
+
+def _post(loop: asyncio.AbstractEventLoop, outcomes: list[Outcome]) -> None:
+    """Resolve ``outcomes`` (all of tickets made on ``loop``) with one
+    callback on that loop: one wake-up however many opened together."""
+
+    def resolve_all() -> None:
+        for outcome in outcomes:
+            outcome.ticket._resolve(outcome.stamp, outcome.error)
+
+    with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+        loop.call_soon_threadsafe(resolve_all)
 
 
 class Starter(Protocol):
@@ -159,11 +190,17 @@ class ThreadStarter:
             due = self._next_due()
             if due is None:
                 return
+            by_loop: dict[asyncio.AbstractEventLoop, list[Outcome]] = {}
             for ticket in due:
                 try:
-                    ticket.fire(_wall_ms)
+                    outcome = ticket.decide(_wall_ms)
                 except Exception:  # never lose the thread: every later job would wait
                     log.exception("starter: a ticket failed to fire")
+                    continue
+                if outcome is not None:
+                    by_loop.setdefault(ticket.loop, []).append(outcome)
+            for loop, outcomes in by_loop.items():
+                _post(loop, outcomes)
 
     def _next_due(self) -> list[StartTicket] | None:
         """Wait until the earliest ticket is due; all due ones. None = closed.
