@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
 
 from etcdsched.clock import Clock
 from etcdsched.errors import StoreUnavailable
@@ -20,6 +22,7 @@ from etcdsched.store import KV, Compacted, Event, Store, prefix_end
 
 log = logging.getLogger(__name__)
 PAGE = 1000
+M = TypeVar("M", bound=BaseModel)
 
 
 async def list_all(
@@ -92,6 +95,7 @@ class PrefixCache(ChangeSignal):
         self.revision = 0
         self.ready = asyncio.Event()
         self.relists = 0
+        self._decoded: dict[str, tuple[int, BaseModel]] = {}
 
     def group(self, name: str) -> dict[str, KV]:
         """The items whose ``group_by(key)`` is ``name``, kept up to date with
@@ -101,6 +105,24 @@ class PrefixCache(ChangeSignal):
         if self._group_by is None:
             raise TypeError(f"cache {self.prefix} was made without group_by")
         return self._groups.get(name, {})
+
+    def decoded(self, model: type[M]) -> list[M]:
+        """Every item decoded as ``model`` (one model per cache), each key
+        decoded once per revision: recovery walks every active pointer of
+        a partition every few seconds, and with a hundred thousand runs
+        placed ahead, decoding them all each time was a tenth of the
+        scheduler's CPU."""
+        fresh: dict[str, tuple[int, BaseModel]] = {}
+        values: list[M] = []
+        for key, kv in self.items.items():
+            revision, cached = self._decoded.get(key, (0, None))
+            value = cached if revision == kv.mod_revision and isinstance(cached, model) else None
+            if value is None:
+                value = kv.decode(model).value
+            fresh[key] = (kv.mod_revision, value)
+            values.append(value)
+        self._decoded = fresh
+        return values
 
     def _regroup(self) -> None:
         if self._group_by is None:

@@ -18,8 +18,13 @@ class CorruptRecord(EtcdschedError):
     code = "corrupt_record"
 
 
+STORED = {"stored": True}
+"""Serialization context of values written to etcd: lets a field choose a
+more compact form there than in API responses (see ``SpecSnapshot``)."""
+
+
 def encode(record: BaseModel) -> bytes:
-    return record.model_dump_json().encode()
+    return record.model_dump_json(context=STORED).encode()
 
 
 def decode(data: bytes, model: type[M], key: str = "") -> M:

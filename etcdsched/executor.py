@@ -70,6 +70,11 @@ class Prepared:
 class Executor(Protocol):
     """Prepares the process of one attempt of a run, its output going to ``log``."""
 
+    holds_processes: bool
+    """Whether a prepared job holds a process until it is opened. One that
+    does not costs nothing to hold, so the worker prepares it as soon as
+    it is claimed instead of shortly before its instant."""
+
     async def prepare(
         self,
         run: RunRecord,
@@ -102,6 +107,8 @@ class StartsAtOnce:
 class ProcessExecutor(StartsAtOnce):
     """Runs commands (and containers, through the docker or podman CLI) as
     local processes in their own session."""
+
+    holds_processes = True
 
     async def prepare(
         self,
@@ -208,6 +215,8 @@ class NoopExecutor(StartsAtOnce):
     """For benchmarks only: "starts" a job instantly, runs nothing, and
     reports exit code 0. No process, so ``pid``/``pgid`` are None and the
     watchdog has nothing to guard. Never use it to run real jobs."""
+
+    holds_processes = False
 
     async def prepare(
         self,

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from etcdsched.cache import PrefixCache
 from etcdsched.clock import Clock
+from etcdsched.codec import encode
 from etcdsched.errors import OutcomeUnknown, OwnershipLost, StoreRejected
 from etcdsched.keys import Keys, run_seq
 from etcdsched.metrics import FIRES
@@ -354,9 +355,7 @@ class PartitionFirer:
             self.due.items.pop(kv.key, None)
             if write.next_kv is not None and self._within_horizon(write.next_kv[0]):
                 key, entry = write.next_kv
-                self.due.items[key] = KV(
-                    key, entry.model_dump_json().encode(), revision, revision, 1
-                )
+                self.due.items[key] = KV(key, encode(entry), revision, revision, 1)
             self.stats.fired += len(write.created)
             FIRES.labels(kind="scheduled").inc(len(write.created))
             self.cancel_requests += write.cancel_after

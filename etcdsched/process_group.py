@@ -71,6 +71,10 @@ class Process(Protocol):
         (leftovers are stopped, see the module doc) and its output is in the log."""
         ...
 
+    def ended(self) -> ExitStatus | None:
+        """What :meth:`wait` would return, if it would return at once; else None."""
+        ...
+
     async def stop(self, grace: float) -> None:
         """SIGTERM the group, wait up to ``grace`` s, SIGKILL the group.
         Returns once the job has ended. Idempotent."""
@@ -137,6 +141,11 @@ class GroupProcess:
     async def wait(self) -> ExitStatus:
         return await asyncio.shield(self._supervisor)
 
+    def ended(self) -> ExitStatus | None:
+        task = self._supervisor
+        ended = task.done() and not task.cancelled() and task.exception() is None
+        return task.result() if ended else None
+
     async def stop(self, grace: float) -> None:
         if self._supervisor.done():
             return
@@ -195,6 +204,9 @@ class EndedProcess:
         self._status = status
 
     async def wait(self) -> ExitStatus:
+        return self._status
+
+    def ended(self) -> ExitStatus | None:
         return self._status
 
     async def stop(self, grace: float) -> None:

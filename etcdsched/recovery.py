@@ -49,8 +49,7 @@ class PartitionRecovery:
         """Fix active runs whose worker vanished or hung; requeue orphans."""
         live = {kv.decode(WorkerMember).value.id for kv in self.workers.items.values()}
         fixed = 0
-        for kv in list(self.active.items.values()):
-            pointer = kv.decode(ActivePointer).value
+        for pointer in self.active.decoded(ActivePointer):
             if pointer.worker is not None and pointer.worker not in live:
                 fixed += await self._mark_lost(pointer, now_ms)
             elif pointer.deadline_ms is not None and now_ms > pointer.deadline_ms:

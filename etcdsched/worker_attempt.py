@@ -65,6 +65,10 @@ class AttemptRunner:
         self.claim_key = ""
         self.known: Versioned[RunRecord] | None = None
         """The run as we last wrote it, so the report need not read it first."""
+        self.unwritten_start: tuple[int, int | None] | None = None
+        """(started_ms, pid) of a job that had ended by the time ``running``
+        would have been written: the report then writes start and end in one
+        transaction (a no-op, or a job quicker than a write under load)."""
 
     async def execute(self) -> None:
         current = await self._assigned_run()
@@ -82,7 +86,8 @@ class AttemptRunner:
                 await self._report("failed", None, f"could not open its log: {exc}")
             return
         try:
-            await until(self.w, self.item, self.assignment.not_before_ms - PRESTART_MS)
+            if self.w.executor.holds_processes:  # else preparing is free: do it now
+                await until(self.w, self.item, self.assignment.not_before_ms - PRESTART_MS)
             held = await self._settle(held, claimed=True)
             if held is None:
                 return
@@ -209,6 +214,11 @@ class AttemptRunner:
             self.item.started = True
             self.w.observe_start(started_ms - self.assignment.not_before_ms)
             await asyncio.sleep(0)  # every run due at this instant starts before any says so
+            status = process.ended()
+            if status is not None:  # it ended already: one write will say both
+                self.unwritten_start = (started_ms, process.pid)
+                self.known = held
+                return _exit_outcome(status)
             if not await self._mark_running(held, started_ms, process.pid):
                 await process.stop(0)  # the attempt was taken back
                 return None, None, ""
@@ -308,7 +318,7 @@ class AttemptRunner:
         while True:
             if conflicts:
                 await self.w.clock.sleep(min(2.0, 0.05 * 2 ** min(conflicts, 6)))
-            current, self.known = self.known or await self._read_run(), None
+            current, self.known = self._as_started(self.known or await self._read_run()), None
             run = current.value
             if run.state is not RunState.RUNNING or run.attempt != self.assignment.attempt:
                 return
@@ -324,6 +334,17 @@ class AttemptRunner:
                 log.warning("run %s: report refused, the claim is gone", self.rid)
                 return
             conflicts += 1
+
+    def _as_started(self, current: Versioned[RunRecord]) -> Versioned[RunRecord]:
+        """``current``, made running in memory if its start was never written
+        (see ``unwritten_start``); the report compares its stored revision."""
+        run = current.value
+        if self.unwritten_start is None or run.state is not RunState.ASSIGNED:
+            return current
+        if run.worker != self.w.member_id or run.attempt != self.assignment.attempt:
+            return current
+        started_ms, pid = self.unwritten_start
+        return dataclasses.replace(current, value=start_attempt(run, started_ms, pid=pid))
 
     async def _write_report(
         self, current: Versioned[RunRecord], outcome: str, exit_code: int | None, reason: str

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
+from etcdsched.executor import NoopExecutor
 from etcdsched.runs import cancel_run
 from etcdsched.statemachine import RunState
 from tests.support.e2e_jobs import (
@@ -222,3 +223,21 @@ async def test_logs_of_a_finished_run_outlive_its_worker(services: Services) -> 
     chunk = await services.logs.read(run.id)
     assert sorted(chunk.data.decode().splitlines()) == ["to-stderr", "to-stdout"]
     assert chunk.complete and chunk.attempt == 1
+
+
+# -- writes per run --------------------------------------------------------------
+async def test_a_job_that_ended_before_its_start_was_written_is_reported_in_one_write(
+    services: Services,
+) -> None:
+    """Created, assigned, ended: the run key is written three times, and the
+    attempt still has its start (the ``running`` write is folded into the
+    report when the job has already ended, as a no-op always has)."""
+    services.start_scheduler("s1")
+    services.start_worker("w1", NoopExecutor())
+    job = await services.jobs.create(spec(NOW, ["true"]), "instant")
+    run = await wait_state(services, await only_run(services, job.id), RunState.SUCCEEDED)
+    attempt = run.attempts[0]
+    assert attempt.started_ms is not None and attempt.ended_ms is not None
+    assert attempt.started_ms <= attempt.ended_ms and attempt.exit_code == 0
+    stored = await services.store.get(services.keys.run(run.id))
+    assert stored is not None and stored.version == 3

@@ -30,11 +30,16 @@ class StuckProcess:
     async def stop(self, grace: float) -> None:
         await asyncio.Event().wait()
 
+    def ended(self) -> ExitStatus | None:
+        return None
+
     def kill_now(self) -> None:
         pass
 
 
 class StuckExecutor:
+    holds_processes = False
+
     async def prepare(
         self,
         run: RunRecord,

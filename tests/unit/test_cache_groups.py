@@ -9,6 +9,7 @@ import pytest
 
 from etcdsched.cache import PrefixCache
 from etcdsched.clock import FakeClock
+from etcdsched.models import ActivePointer
 from etcdsched.store import KV, Event, Store
 
 
@@ -60,3 +61,20 @@ def test_group_without_group_by_is_a_programming_error() -> None:
     cache: Any = PrefixCache(cast(Store, None), FakeClock(0), "a/")
     with pytest.raises(TypeError):
         cache.group("j1")
+
+
+def pointer_kv(key: str, rev: int, run_id: str) -> KV:
+    return KV(key, ActivePointer(run_id=run_id).model_dump_json().encode(), rev, rev, 1)
+
+
+def test_decoded_values_follow_revisions_and_are_decoded_once_each() -> None:
+    cache = PrefixCache(cast(Store, None), FakeClock(0), "a/")
+    cache.apply(Event("put", pointer_kv("a/1", 1, "r1")))
+    cache.apply(Event("put", pointer_kv("a/2", 2, "r2")))
+    first = cache.decoded(ActivePointer)
+    assert [p.run_id for p in first] == ["r1", "r2"]
+    again = cache.decoded(ActivePointer)
+    assert again[0] is first[0] and again[1] is first[1]  # same revisions: not decoded again
+    cache.apply(Event("put", pointer_kv("a/2", 3, "r2b")))
+    cache.apply(Event("delete", pointer_kv("a/1", 4, "r1")))
+    assert [p.run_id for p in cache.decoded(ActivePointer)] == ["r2b"]

@@ -33,6 +33,9 @@ class _NoProcess:
     async def wait(self) -> ExitStatus:
         return ExitStatus(0, None)
 
+    def ended(self) -> ExitStatus | None:
+        return None
+
     async def stop(self, grace: float) -> None:
         return None
 
