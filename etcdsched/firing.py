@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from etcdsched.cache import PrefixCache
@@ -25,12 +25,12 @@ from etcdsched.codec import encode
 from etcdsched.errors import OutcomeUnknown, OwnershipLost, StoreRejected
 from etcdsched.keys import Keys, run_seq
 from etcdsched.metrics import FIRES
-from etcdsched.models import ActivePointer, DueEntry, SkipRecord
+from etcdsched.models import ActivePointer, DueEntry, RunRecord, SkipRecord
 from etcdsched.overlap import ActiveByJob, overlap_skip, overlap_verdict
 from etcdsched.ownership import Ownership
 from etcdsched.planning import FirePlan, PlannedRun, plan_fire
 from etcdsched.runs import RunOps, RunOrigin, new_run
-from etcdsched.store import KV, Cmp, Compare, Op, Ops, Store
+from etcdsched.store import KV, Cmp, Compare, Op, Ops, Store, Versioned
 
 log = logging.getLogger(__name__)
 MAX_TXN_OPS = 120  # etcd refuses more than --max-txn-ops (default 128) per branch
@@ -42,7 +42,8 @@ class EntryWrite:
 
     compares: list[Compare] = field(default_factory=list)
     ops: list[Op] = field(default_factory=list)
-    created: list[str] = field(default_factory=list)
+    created: list[RunRecord] = field(default_factory=list)
+    """The runs it creates, as stored."""
     cancel_after: list[str] = field(default_factory=list)
     next_kv: tuple[str, DueEntry] | None = None
 
@@ -94,6 +95,9 @@ class PartitionFirer:
             list_end=self._horizon_end,
         )
         self.cancel_requests: list[str] = []
+        self.on_fired: Callable[[Versioned[RunRecord]], None] = lambda run: None
+        """Told each run this firer created, as stored (the placer then need
+        not read it back)."""
 
     def _horizon_end(self) -> str:
         """Called at each (re-)list: move the horizon forward."""
@@ -216,6 +220,7 @@ class PartitionFirer:
             if verdict == "skip":
                 skips.append(overlap_skip(entry, slot.slot_ms, now_ms))
                 continue
+            run = self.runs.queued(run)
             compares, ops = self.runs.create(run)
             if entry.spec.overlap == "skip":
                 prefix = self.keys.active_prefix(self.partition, entry.job_id)
@@ -224,7 +229,7 @@ class PartitionFirer:
                 write.cancel_after += [p.run_id for p in active]
             write.compares += compares
             write.ops += ops
-            write.created.append(run.id)
+            write.created.append(run)
             active.append(ActivePointer(run_id=run.id))
         return skips
 
@@ -356,6 +361,8 @@ class PartitionFirer:
             if write.next_kv is not None and self._within_horizon(write.next_kv[0]):
                 key, entry = write.next_kv
                 self.due.items[key] = KV(key, encode(entry), revision, revision, 1)
+            for run in write.created:
+                self.on_fired(Versioned(self.keys.run(run.id), run, revision, revision, 1))
             self.stats.fired += len(write.created)
             FIRES.labels(kind="scheduled").inc(len(write.created))
             self.cancel_requests += write.cancel_after

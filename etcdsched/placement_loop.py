@@ -178,25 +178,39 @@ class PlacementLoop:
     async def _read(
         self, placers: dict[int, PartitionPlacer], chunk: list[tuple[int, str]]
     ) -> list[tuple[PartitionPlacer, Versioned[RunRecord]]]:
-        """The runs behind the chunk's queue keys in one read-only
+        """The runs behind the chunk's queue keys, in its order: those this
+        scheduler fired as it stored them, the others in one read-only
         transaction; stale queue entries are removed by their partition."""
+        known = [placers[partition].take_fired(key) for partition, key in chunk]
+        unknown = [item for item, run in zip(chunk, known, strict=True) if run is None]
+        read = iter(await self._read_stored(placers, unknown))
+        found = []
+        for (partition, _), run in zip(chunk, known, strict=True):
+            current = run if run is not None else next(read)
+            if current is not None:
+                found.append((placers[partition], current))
+        return found
+
+    async def _read_stored(
+        self, placers: dict[int, PartitionPlacer], chunk: list[tuple[int, str]]
+    ) -> list[Versioned[RunRecord] | None]:
         if not chunk:
             return []
         run_keys = [self.keys.run(self.keys.parse_queue(key).run_id) for _, key in chunk]
         result = await self.store.txn([], [Ops.get(k) for k in run_keys])
-        found = []
+        found: list[Versioned[RunRecord] | None] = []
         for (partition, key), kvs in zip(chunk, result.responses, strict=True):
             placer = placers[partition]
             try:
                 current = placer.check_read(key, kvs)
             except CorruptRecord as exc:
                 log.error("queued run left alone: %s", exc)  # never blocks the others
-                continue
-            if current is not None:
-                found.append((placer, current))
+                current = None
             else:
-                with contextlib.suppress(OwnershipLost):
-                    await placer.drop_queue_key(key)
+                if current is None:
+                    with contextlib.suppress(OwnershipLost):
+                        await placer.drop_queue_key(key)
+            found.append(current)
         return found
 
 

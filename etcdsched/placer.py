@@ -74,6 +74,9 @@ class PartitionPlacer:
         """Queue keys in order, kept by insertion; deleted keys are skipped
         and swept out once they are half of it (no full sort per pass)."""
         self._on_change = on_change
+        self._fired: dict[str, Versioned[RunRecord]] = {}
+        """Runs this scheduler fired, as stored, by queue key, until placed
+        once: the first look at them needs no read."""
 
     @property
     def ready(self) -> bool:
@@ -82,6 +85,7 @@ class PartitionPlacer:
     def _on_queue_event(self, event: Event) -> None:
         key = event.kv.key
         if event.kind == "delete":
+            self._fired.pop(key, None)
             self._not_before.pop(key, None)
             self._deadline_at.pop(key, None)
             self._gone.pop(key, None)
@@ -104,6 +108,8 @@ class PartitionPlacer:
         items, not_before = self.queue.items, self._not_before
         if len(self._sorted) > 2 * len(items) + 64:
             self._sorted = [k for k in self._sorted if k in items]
+        if len(self._fired) > 2 * len(items) + 1024:  # e.g. put and delete both missed
+            self._fired = {k: run for k, run in self._fired.items() if k in items}
         QUEUE_DEPTH.labels(partition=str(self.partition)).set(len(items))
         for key in tuple(self._sorted):  # events may insert while we are suspended
             if self.waiting(key) and not_before.get(key, 0) <= limit_ms:
@@ -132,6 +138,16 @@ class PartitionPlacer:
         return min((nb for nb in self._not_before.values() if nb > limit_ms), default=None)
 
     # -- reading ---------------------------------------------------------------
+    def remember_fired(self, current: Versioned[RunRecord]) -> None:
+        """A run this scheduler just created (the firer tells us)."""
+        if current.value.queue_key:
+            self._fired[current.value.queue_key] = current
+
+    def take_fired(self, queue_key: str) -> Versioned[RunRecord] | None:
+        """The run behind ``queue_key`` as we fired it, once: if it changed
+        since, the assignment's compare fails and the next look reads it."""
+        return self._fired.pop(queue_key, None)
+
     def check_read(self, queue_key: str, kvs: list[KV]) -> Versioned[RunRecord] | None:
         """The run read for ``queue_key``, or None when the entry is stale
         (run gone, no longer waiting, or queued under another key)."""

@@ -262,6 +262,7 @@ class SchedulerService:
             self.assigner,
             self.placement.queues_changed.notify,
         )
+        firer.on_fired = placer.remember_fired
         recovery = PartitionRecovery(
             partition, self.store, self.keys, self.ownership, active, self.workers
         )
