@@ -136,6 +136,9 @@ class PlacementLoop:
                 return False
             for placer, current in await self._read(placers, chunk):
                 await self._consider(placer, current, views, now_ms)
+            # runs this scheduler fired need no read: without this a pass
+            # could hold the loop for its whole length and starve firing
+            await asyncio.sleep(0)
         return next(fresh, None) is not None
 
     def _until_next(self, placers: dict[int, PartitionPlacer], now_ms: int) -> float:
