@@ -12,10 +12,10 @@ from etcdsched.cache import PrefixCache
 from etcdsched.clock import FakeClock
 from etcdsched.codec import encode
 from etcdsched.keys import Keys
-from etcdsched.models import QueueEntry
+from etcdsched.models import QueueEntry, RunRecord
 from etcdsched.ownership import Ownership
 from etcdsched.placer import PartitionPlacer
-from etcdsched.store import KV, Event, Store
+from etcdsched.store import KV, Event, Store, Versioned
 
 K = Keys("/t/")
 
@@ -66,3 +66,49 @@ def test_a_placed_entry_is_hidden_until_deleted_but_a_requeue_shows_again() -> N
     p._on_queue_event(Event("delete", kv))
     p.queue.items.pop(key)
     assert list(p.ready_keys(1000)) == [] and p.earliest_after(0) is None
+
+
+def fired(p: PartitionPlacer, queue_key: str, rid: str) -> Versioned[RunRecord]:
+    run = RunRecord.model_validate(
+        {
+            "id": rid,
+            "job_id": "j",
+            "tenant": "default",
+            "partition": 3,
+            "slot_ms": 100,
+            "not_before_ms": 100,
+            "spec": {"trigger": {"kind": "now"}, "execution": {"argv": ["true"]}},
+            "job_version": 1,
+            "created_ms": 0,
+            "updated_ms": 0,
+            "queue_key": queue_key,
+        }
+    )
+    current = Versioned(K.run(rid), run, 7, 7, 1)
+    p.remember_fired(current)
+    return current
+
+
+def test_a_fired_run_is_handed_to_placement_once() -> None:
+    p = placer()
+    key = queued(p, "j@00000000000100", 100, 7)
+    current = fired(p, key, "j@00000000000100")
+    assert p.take_fired(key) is current
+    assert p.take_fired(key) is None  # a second look reads it from etcd
+
+
+def test_a_fired_run_is_forgotten_when_its_queue_entry_goes() -> None:
+    p = placer()
+    key = queued(p, "j@00000000000100", 100, 7)
+    fired(p, key, "j@00000000000100")
+    p._on_queue_event(Event("delete", KV(key, b"", 0, 8, 0)))
+    assert p.take_fired(key) is None
+
+
+def test_fired_runs_whose_entries_never_showed_are_swept() -> None:
+    p = placer()
+    keys = [K.queue(3, 0, 100, f"j{i}@00000000000100") for i in range(3000)]
+    for i, key in enumerate(keys):
+        fired(p, key, f"j{i}@00000000000100")  # put and delete both missed by the cache
+    list(p.ready_keys(1000))
+    assert p.take_fired(keys[0]) is None and len(p._fired) == 0
