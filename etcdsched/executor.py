@@ -91,6 +91,8 @@ class Executor(Protocol):
 class StartsAtOnce:
     """``start`` = ``prepare`` then ``open`` (for callers with no instant to wait for)."""
 
+    holds_processes = True
+
     async def start(
         self: Executor,
         run: RunRecord,
@@ -107,8 +109,6 @@ class StartsAtOnce:
 class ProcessExecutor(StartsAtOnce):
     """Runs commands (and containers, through the docker or podman CLI) as
     local processes in their own session."""
-
-    holds_processes = True
 
     async def prepare(
         self,

@@ -4,16 +4,20 @@ migrated. The store hands these back together with their revisions."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    GetJsonSchemaHandler,
     SerializationInfo,
     SerializerFunctionWrapHandler,
     WrapSerializer,
 )
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 from etcdsched.spec import Capacity, JobSpec, Resources
 from etcdsched.statemachine import (
@@ -41,11 +45,22 @@ def _snapshot_json(
     return data
 
 
-SpecSnapshot = Annotated[JobSpec, WrapSerializer(_snapshot_json)]
-"""A job's spec copied into a due entry or a run. Reading it back fills the
-defaults in again, so a snapshot taken by an older version whose default
-later changed takes the new default: snapshots live for one slot, the job
-record (stored whole) for the job's life."""
+@dataclass(frozen=True)
+class _DocumentedWhole:
+    """The schema of a snapshot is the whole spec's (what API responses
+    show): the compact stored form is not part of the API."""
+
+    def __get_pydantic_json_schema__(
+        self, schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return handler({k: v for k, v in schema.items() if k != "serialization"})
+
+
+SpecSnapshot = Annotated[JobSpec, WrapSerializer(_snapshot_json), _DocumentedWhole()]
+"""A job's spec copied into a run. Reading it back fills the defaults in
+again, so a snapshot taken by an older version whose default later changed
+takes the new default: a run lives for one slot and its retries; the job
+record and its due entry, which live as long as the job, are stored whole."""
 
 
 class Record(BaseModel):
@@ -112,7 +127,7 @@ class DueEntry(Record):
     job_key_version: int
     job_version: int
     anchor_ms: int
-    spec: SpecSnapshot
+    spec: JobSpec
     fired: int = Field(0, description="Slots of this job fired so far (for max_runs).")
     last_slot_ms: int | None = Field(None, description="The slot fired just before this one.")
 

@@ -33,6 +33,10 @@ log = logging.getLogger(__name__)
 WAITING = (RunState.PENDING, RunState.RETRY_WAIT)
 
 
+FIRED_MEMO = 256
+"""Fired runs remembered per partition for their first placement."""
+
+
 class PartitionPlacer:
     def __init__(
         self,
@@ -108,7 +112,7 @@ class PartitionPlacer:
         items, not_before = self.queue.items, self._not_before
         if len(self._sorted) > 2 * len(items) + 64:
             self._sorted = [k for k in self._sorted if k in items]
-        if len(self._fired) > 2 * len(items) + 1024:  # e.g. put and delete both missed
+        if len(self._fired) >= FIRED_MEMO:  # drop those whose put and delete both were missed
             self._fired = {k: run for k, run in self._fired.items() if k in items}
         QUEUE_DEPTH.labels(partition=str(self.partition)).set(len(items))
         for key in tuple(self._sorted):  # events may insert while we are suspended
@@ -139,8 +143,11 @@ class PartitionPlacer:
 
     # -- reading ---------------------------------------------------------------
     def remember_fired(self, current: Versioned[RunRecord]) -> None:
-        """A run this scheduler just created (the firer tells us)."""
-        if current.value.queue_key:
+        """A run this scheduler just created (the firer tells us). At most
+        ``FIRED_MEMO`` are kept: a run is looked at only when a worker has
+        room, so with every worker full a burst would keep them all (about
+        4 KB each); the others are read from etcd when their turn comes."""
+        if current.value.queue_key and len(self._fired) < FIRED_MEMO:
             self._fired[current.value.queue_key] = current
 
     def take_fired(self, queue_key: str) -> Versioned[RunRecord] | None:

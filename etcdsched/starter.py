@@ -110,7 +110,10 @@ def _post(loop: asyncio.AbstractEventLoop, outcomes: list[Outcome]) -> None:
 
     def resolve_all() -> None:
         for outcome in outcomes:
-            outcome.ticket._resolve(outcome.stamp, outcome.error)
+            try:
+                outcome.ticket._resolve(outcome.stamp, outcome.error)
+            except Exception:  # never leave the rest of the batch waiting
+                log.exception("starter: a ticket's outcome could not be delivered")
 
     with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
         loop.call_soon_threadsafe(resolve_all)

@@ -14,7 +14,7 @@ from etcdsched.codec import encode
 from etcdsched.keys import Keys
 from etcdsched.models import QueueEntry, RunRecord
 from etcdsched.ownership import Ownership
-from etcdsched.placer import PartitionPlacer
+from etcdsched.placer import FIRED_MEMO, PartitionPlacer
 from etcdsched.store import KV, Event, Store, Versioned
 
 K = Keys("/t/")
@@ -107,8 +107,17 @@ def test_a_fired_run_is_forgotten_when_its_queue_entry_goes() -> None:
 
 def test_fired_runs_whose_entries_never_showed_are_swept() -> None:
     p = placer()
-    keys = [K.queue(3, 0, 100, f"j{i}@00000000000100") for i in range(3000)]
+    keys = [K.queue(3, 0, 100, f"j{i}@00000000000100") for i in range(FIRED_MEMO)]
     for i, key in enumerate(keys):
         fired(p, key, f"j{i}@00000000000100")  # put and delete both missed by the cache
     list(p.ready_keys(1000))
     assert p.take_fired(keys[0]) is None and len(p._fired) == 0
+
+
+def test_the_fired_memo_is_bounded() -> None:
+    p = placer()
+    keys = [queued(p, f"j{i}@00000000000100", 100, i + 1) for i in range(FIRED_MEMO + 10)]
+    for i, key in enumerate(keys):
+        fired(p, key, f"j{i}@00000000000100")
+    assert len(p._fired) == FIRED_MEMO  # the rest are read when their turn comes
+    assert p.take_fired(keys[-1]) is None and p.take_fired(keys[0]) is not None

@@ -61,3 +61,16 @@ def test_the_stored_snapshot_leaves_defaults_out_and_the_api_dump_keeps_them() -
     whole = json.loads(run.model_dump_json())["spec"]
     assert whole["retry"]["max_attempts"] == 1 and whole["trigger"]["kind"] == "at"
     assert len(encode(run)) < 0.6 * len(run.model_dump_json())
+
+
+def test_the_api_document_shows_a_runs_spec_whole() -> None:
+    """The compact stored form is not part of the API: run responses are
+    documented with the whole spec, as they are sent."""
+    from etcdsched.api.app import ROUTES
+    from etcdsched.api.openapi import build_document
+
+    schemas = build_document(ROUTES)["components"]["schemas"]
+    for name in ("RunRecord", "RunView", "JobView"):
+        assert schemas[name]["properties"]["spec"] == {
+            "$ref": "#/components/schemas/JobSpec-Output"
+        }, name
