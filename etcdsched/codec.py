@@ -18,9 +18,10 @@ class CorruptRecord(EtcdschedError):
     code = "corrupt_record"
 
 
-STORED = {"stored": True}
-"""Serialization context of values written to etcd: lets a field choose a
-more compact form there than in API responses (see ``SpecSnapshot``)."""
+STORED: dict[str, bool] = {"stored": True}
+"""Serialization context of values written to etcd (compared by identity):
+lets a field choose a more compact form there than in API responses (see
+``models.SpecSnapshot``)."""
 
 
 def encode(record: BaseModel) -> bytes:

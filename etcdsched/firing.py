@@ -220,8 +220,7 @@ class PartitionFirer:
             if verdict == "skip":
                 skips.append(overlap_skip(entry, slot.slot_ms, now_ms))
                 continue
-            run = self.runs.queued(run)
-            compares, ops = self.runs.create(run)
+            run, compares, ops = self.runs.create(run)
             if entry.spec.overlap == "skip":
                 prefix = self.keys.active_prefix(self.partition, entry.job_id)
                 compares.append(Cmp.prefix_empty(prefix))

@@ -328,7 +328,7 @@ class JobService:
         skipped_last, skipped_count = last, count
         if catch_up == "run_once":
             run = new_run(self._origin(job), last, now, self.partitions, coalesced=count - 1)
-            ops += self.runs.create(run)[1]
+            ops += self.runs.create(run)[2]  # (stored run, compares, ops)
             skipped_count -= 1
             skipped_last = last - 1
         if skipped_count > 0:
@@ -380,7 +380,7 @@ class JobService:
         job = await self.get(job_id)
         now = self.clock.now_ms()
         run = new_run(self._origin(job), now, now, self.partitions, kind="manual", tag="m")
-        compares, ops = self.runs.create(run)
+        _, compares, ops = self.runs.create(run)
         compares.append(Cmp.exists(self.keys.job(job_id)))
         if job.spec.overlap == "skip" and not force:
             compares.append(Cmp.prefix_empty(self.keys.active_prefix(run.partition, job_id)))
@@ -408,7 +408,7 @@ class JobService:
         created: list[str] = []
         for slot in slots:
             run = new_run(self._origin(job), slot, now, self.partitions, kind="backfill")
-            compares, ops = self.runs.create(run)
+            _, compares, ops = self.runs.create(run)
             if (await self.store.txn(compares, ops)).succeeded:
                 created.append(run.id)
         return created

@@ -197,6 +197,8 @@ class PlacementLoop:
     async def _read_stored(
         self, placers: dict[int, PartitionPlacer], chunk: list[tuple[int, str]]
     ) -> list[Versioned[RunRecord] | None]:
+        """One answer per chunk item, in one read-only transaction: the run,
+        or None (its queue entry was stale, and is dropped; or it is corrupt)."""
         if not chunk:
             return []
         run_keys = [self.keys.run(self.keys.parse_queue(key).run_id) for _, key in chunk]
@@ -208,11 +210,11 @@ class PlacementLoop:
                 current = placer.check_read(key, kvs)
             except CorruptRecord as exc:
                 log.error("queued run left alone: %s", exc)  # never blocks the others
-                current = None
-            else:
-                if current is None:
-                    with contextlib.suppress(OwnershipLost):
-                        await placer.drop_queue_key(key)
+                found.append(None)
+                continue
+            if current is None:
+                with contextlib.suppress(OwnershipLost):
+                    await placer.drop_queue_key(key)
             found.append(current)
         return found
 

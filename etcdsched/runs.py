@@ -90,20 +90,21 @@ class RunOps:
         not_before = run.retry_at_ms if run.retry_at_ms is not None else run.not_before_ms
         return self.keys.queue(run.partition, run.spec.priority, not_before, run.id)
 
-    def queued(self, run: RunRecord) -> RunRecord:
-        """``run`` as :meth:`create` stores it: with its queue key."""
-        return run.model_copy(update={"queue_key": self.queue_key(run)})
-
-    def create(self, run: RunRecord) -> tuple[list[Compare], list[Op]]:
-        """Compare: the run key was never created (a slot becomes at most one
-        run). Ops: the run, its active pointer, its queue entry."""
-        queued = self.queued(run)
+    def create(self, run: RunRecord) -> tuple[RunRecord, list[Compare], list[Op]]:
+        """The run as stored (with its queue key). Compare: the run key was
+        never created (a slot becomes at most one run). Ops: the run, its
+        active pointer, its queue entry."""
+        queued = run.model_copy(update={"queue_key": self.queue_key(run)})
         key = self.keys.run(run.id)
-        return [Cmp.absent(key)], [
-            Ops.put(key, queued),
-            Ops.put(self.keys.active(run.partition, run.id), ActivePointer(run_id=run.id)),
-            Ops.put(queued.queue_key or "", queue_entry(run)),
-        ]
+        return (
+            queued,
+            [Cmp.absent(key)],
+            [
+                Ops.put(key, queued),
+                Ops.put(self.keys.active(run.partition, run.id), ActivePointer(run_id=run.id)),
+                Ops.put(queued.queue_key or "", queue_entry(run)),
+            ],
+        )
 
     def requeue(self, run: RunRecord) -> tuple[RunRecord, list[Op]]:
         """Put a retry_wait/pending run back in the placement queue."""
