@@ -2,7 +2,8 @@
 
 The partition's due entries up to a horizon live in memory (listed, then
 watched, re-listed as the horizon moves). Entries due within the lookahead
-are fired in batches: one transaction per batch whose compares are, per
+are fired in batches, a quarter lookahead's worth at a time (see
+``ready_entries``): one transaction per batch whose compares are, per
 entry, *the due entry is unchanged* (``mod`` of its key), *the job is the
 version the entry was computed from* (``version`` of the job key), *the run
 does not exist* (``create_revision == 0``) and, for overlap ``skip``, *the job
@@ -34,6 +35,11 @@ from etcdsched.store import KV, Cmp, Compare, Op, Ops, Store, Versioned
 
 log = logging.getLogger(__name__)
 MAX_TXN_OPS = 120  # etcd refuses more than --max-txn-ops (default 128) per branch
+GRANULE_PART = 4
+"""A partition fires once its earliest entry is within ``lookahead -
+lookahead / GRANULE_PART`` of now, and then everything within the whole
+lookahead: slots spread evenly over time go out in batches of a quarter
+lookahead's worth instead of one transaction each (see ``fire_due``)."""
 
 
 @dataclass
@@ -45,7 +51,8 @@ class EntryWrite:
     created: list[RunRecord] = field(default_factory=list)
     """The runs it creates, as stored."""
     cancel_after: list[str] = field(default_factory=list)
-    next_kv: tuple[str, DueEntry] | None = None
+    next_kv: tuple[str, bytes] | None = None
+    """The job's next due entry (key, encoded once for both its puts and the cache)."""
 
 
 @dataclass
@@ -81,6 +88,7 @@ class PartitionFirer:
         self.active = active
         self.partitions = partitions
         self.lookahead_ms = lookahead_ms
+        self.granule_ms = lookahead_ms // GRANULE_PART
         self.horizon_ms = horizon_ms
         self.batch = batch
         self.runs = RunOps(keys)
@@ -109,7 +117,15 @@ class PartitionFirer:
 
     # -- one step ----------------------------------------------------------
     def ready_entries(self, now_ms: int) -> list[KV]:
-        """Due entries to fire now (slot within the lookahead), in slot order."""
+        """Due entries to fire now, in slot order: none until the earliest
+        is within ``lookahead - granule`` of now, then every entry within
+        the lookahead. With slots spread evenly over time, firing each as it
+        entered the lookahead cost a transaction per slot (and most of the
+        scheduler's CPU at a thousand slots a second); a slot still goes out
+        at least ``lookahead - granule`` ahead."""
+        earliest = self.earliest_ms()
+        if earliest is None or earliest > now_ms + self.lookahead_ms - self.granule_ms:
+            return []
         limit = self.keys.due_until(self.partition, now_ms + self.lookahead_ms)
         return sorted((kv for k, kv in self.due.items.items() if k < limit), key=lambda kv: kv.key)
 
@@ -240,8 +256,9 @@ class PartitionFirer:
         if nxt is None:
             return [*ops, Ops.delete(pointer)]
         next_key = self.keys.due(self.partition, nxt.slot_ms, nxt.job_id)
-        write.next_kv = (next_key, nxt)
-        return [*ops, Ops.put(next_key, nxt), Ops.put(pointer, nxt)]
+        data = encode(nxt)
+        write.next_kv = (next_key, data)
+        return [*ops, Ops.put(next_key, data), Ops.put(pointer, data)]
 
     # -- committing ----------------------------------------------------------
     async def _commit(self, chunk: list[tuple[KV, EntryWrite]], now_ms: int) -> None:
@@ -358,8 +375,8 @@ class PartitionFirer:
         for kv, write in chunk:
             self.due.items.pop(kv.key, None)
             if write.next_kv is not None and self._within_horizon(write.next_kv[0]):
-                key, entry = write.next_kv
-                self.due.items[key] = KV(key, encode(entry), revision, revision, 1)
+                key, data = write.next_kv
+                self.due.items[key] = KV(key, data, revision, revision, 1)
             for run in write.created:
                 self.on_fired(Versioned(self.keys.run(run.id), run, revision, revision, 1))
             self.stats.fired += len(write.created)
@@ -388,7 +405,8 @@ class PartitionFirer:
         while the scheduler waits forever for it to stop.
         ``asyncio.timeout`` lets the cancellation through."""
         earliest = self.earliest_ms()
-        wait_ms = 1000 if earliest is None else earliest - self.lookahead_ms - now_ms
+        lead_ms = self.lookahead_ms - self.granule_ms
+        wait_ms = 1000 if earliest is None else earliest - lead_ms - now_ms
         if wait_ms <= 0:
             return
         with contextlib.suppress(TimeoutError):

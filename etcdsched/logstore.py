@@ -26,7 +26,7 @@ import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 from etcdsched.errors import InvalidInput, NotFound
 from etcdsched.keys import KeyError_, parse_run_id, validate_job_id
@@ -73,9 +73,13 @@ class LogStore(Protocol):
     requests straight through.
     """
 
-    def open_writer(self, run_id: str, attempt: int) -> LogWriter:
+    def open_writer(self, run_id: str, attempt: int, lazy: bool = False) -> LogWriter:
         """Create (or reopen, appending) the log of ``attempt``; it counts as
-        incomplete until the writer is closed."""
+        incomplete until the writer is closed. ``lazy``: touch nothing until
+        the first write (an attempt that writes nothing leaves no log, which
+        readers of the API see as an empty one); for executors that start
+        no process, where making a directory per run was a tenth of a
+        worker's CPU and a file descriptor per claimed run its limit."""
         ...
 
     async def read(
@@ -118,31 +122,43 @@ class DirLogWriter:
     Writes block the caller briefly (a local file); they are not awaited.
     """
 
-    def __init__(self, path: Path, done: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        done.unlink(missing_ok=True)  # reopened: the log is live again
-        self._file = open(path, "ab", buffering=0)  # noqa: SIM115 (closed by close())
+    def __init__(self, path: Path, done: Path, lazy: bool = False) -> None:
+        self._path = path
         self._done = done
         self._lock = threading.Lock()
+        self._file: BinaryIO | None = None
+        self._closed = False
+        if not lazy:
+            self._open()
+
+    def _open(self) -> BinaryIO:
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        self._done.unlink(missing_ok=True)  # reopened: the log is live again
+        self._file = open(self._path, "ab", buffering=0)  # noqa: SIM115 (closed by close())
+        return self._file
 
     @property
     def closed(self) -> bool:
-        return self._file.closed
+        return self._closed
 
     def write(self, data: bytes) -> None:
         view = memoryview(data)
         with self._lock:
-            if self._file.closed:
+            if self._closed:
                 raise ValueError("log writer is closed")
+            file = self._file or self._open()
             while view:
-                view = view[self._file.write(view) :]
+                view = view[file.write(view) :]
 
     def close(self) -> None:
+        """Mark the log complete; a lazy writer that never wrote leaves nothing."""
         with self._lock:
-            if self._file.closed:
+            if self._closed:
                 return
-            self._file.close()
-            self._done.touch()
+            self._closed = True
+            if self._file is not None:
+                self._file.close()
+                self._done.touch()
 
 
 class DirLogStore:
@@ -152,9 +168,9 @@ class DirLogStore:
         self.root = Path(root)
         self._archive_lock = threading.Lock()
 
-    def open_writer(self, run_id: str, attempt: int) -> DirLogWriter:
+    def open_writer(self, run_id: str, attempt: int, lazy: bool = False) -> DirLogWriter:
         log, done = self._attempt_paths(run_id, attempt)
-        return DirLogWriter(log, done)
+        return DirLogWriter(log, done, lazy)
 
     async def read(
         self, run_id: str, attempt: int | None = None, offset: int = 0, limit: int = READ_LIMIT

@@ -79,7 +79,8 @@ class AttemptRunner:
             return
         # opened now, not at the instant: a burst's instant costs a start each
         try:
-            writer = self.w.logs.open_writer(self.rid, self.assignment.attempt)
+            lazy = not self.w.executor.holds_processes  # a no-op writes nothing
+            writer = self.w.logs.open_writer(self.rid, self.assignment.attempt, lazy)
         except OSError as exc:  # e.g. the log disk is full: the attempt fails, says why
             log.exception("run %s: cannot open its log", self.rid)
             if await self._mark_running(held, self.w.clock.now_ms(), None):

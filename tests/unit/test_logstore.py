@@ -189,3 +189,21 @@ async def test_archive_refuses_bad_job_ids(store: DirLogStore, job_id: str) -> N
 def test_attempt_numbers_start_at_one(store: DirLogStore, attempt: int) -> None:
     with pytest.raises(InvalidInput):
         store.open_writer(RUN, attempt)
+
+
+async def test_a_lazy_writer_touches_nothing_until_it_writes(
+    store: DirLogStore, tmp_path: Path
+) -> None:
+    silent = store.open_writer(RUN, 1, lazy=True)
+    silent.close()
+    assert silent.closed
+    assert not (tmp_path / "logs").exists()  # no directory, file or marker
+    assert await store.attempts(RUN) == []
+    with pytest.raises(ValueError):
+        silent.write(b"late\n")
+    chatty = store.open_writer(RUN, 2, lazy=True)
+    chatty.write(b"hello\n")
+    chunk = await store.read(RUN, 2)
+    assert (chunk.data, chunk.complete) == (b"hello\n", False)
+    chatty.close()
+    assert (await store.read(RUN, 2)).complete

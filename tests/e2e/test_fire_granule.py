@@ -1,0 +1,50 @@
+"""A partition fires its entries in batches a quarter lookahead apart, never
+earlier than the lookahead and never later than ``lookahead - granule``."""
+
+from __future__ import annotations
+
+from etcdsched.clock import FakeClock
+from etcdsched.cronwall import ms_to_utc
+from etcdsched.etcd_store import EtcdStore
+from etcdsched.firing import PartitionFirer
+from etcdsched.jobs import JobService
+from etcdsched.keys import Keys
+from etcdsched.overlap import active_runs_cache
+from etcdsched.ownership import Ownership
+from etcdsched.spec import JobSpec
+
+P = 1
+LOOKAHEAD_MS = 2000
+
+
+def _at(slot_ms: int) -> JobSpec:
+    return JobSpec.model_validate(
+        {"trigger": {"kind": "at", "at": ms_to_utc(slot_ms)}, "execution": {"argv": ["true"]}}
+    )
+
+
+async def test_fires_a_quarter_lookahead_at_a_time(store: EtcdStore, keys: Keys) -> None:
+    clock = FakeClock()
+    t0 = clock.now_ms()
+    jobs = JobService(store, keys, clock, P)
+    for offset in (3000, 3400, 4900, 5500):
+        await jobs.create(_at(t0 + offset), f"at-{offset}")
+    active = active_runs_cache(store, clock, keys, 0)
+    owner = Ownership(store, keys, "x")
+    firer = PartitionFirer(0, store, keys, clock, owner, active, P, LOOKAHEAD_MS, 60_000, 16)
+    await firer.due.relist()
+
+    def ready(at_ms: int) -> list[str]:
+        return [keys.parse_due(kv.key).job_id for kv in firer.ready_entries(at_ms)]
+
+    # the earliest (t0+3000) is not yet within lookahead - granule (1500 ms)
+    assert ready(t0 + 1000) == []
+    assert ready(t0 + 1499) == []
+    # once it is, everything within the whole lookahead goes together
+    assert ready(t0 + 1500) == ["at-3000", "at-3400"]
+    # what is left waits for its own turn, and the lookahead still bounds the batch
+    del firer.due.items[keys.due(0, t0 + 3000, "at-3000")]
+    del firer.due.items[keys.due(0, t0 + 3400, "at-3400")]
+    assert ready(t0 + 3399) == []
+    assert ready(t0 + 3400) == ["at-4900"]
+    assert ready(t0 + 3600) == ["at-4900", "at-5500"]
