@@ -13,6 +13,7 @@ import asyncio
 import time
 
 from etcdsched.bench.context import BenchContext
+from etcdsched.bench.cpu import fleet_groups, per_unit_ms, sample
 from etcdsched.bench.measure import summary
 from etcdsched.bench.progress import note
 from etcdsched.bench.results import ScenarioResult, Table
@@ -68,18 +69,23 @@ async def run(ctx: BenchContext) -> ScenarioResult:
     rows = []
     measured: dict[str, dict[str, float]] = {}
     try:
+        groups = fleet_groups(ctx.etcd_pid)
         for label, in_flight, per_txn in plan:
             note(f"raw: {label} for {opts.raw_seconds:g}s")
+            before = sample(groups)
             m = await _measure(store, keys, value, in_flight, per_txn, opts.raw_seconds)
-            measured[label] = m
+            puts = round(m["puts_per_s"] * (time.monotonic() - before.wall_s))
+            cpu = per_unit_ms(before, sample(groups), puts)
+            measured[label] = {**m, "etcd_cpu_ms": cpu["etcd"], "client_cpu_ms": cpu["benchmark"]}
             rows.append(
                 [label, in_flight, per_txn, m["txns_per_s"], m["puts_per_s"], m["p50_ms"],
-                 m["p99_ms"]]
+                 m["p99_ms"], 1000 * cpu["etcd"], 1000 * cpu["benchmark"]]
             )  # fmt: skip
     finally:
         await store.close()
         await ctx.store.txn([], [Ops.delete_prefix(keys.prefix)])
-    columns = ["measurement", "in flight", "puts/txn", "txns/s", "puts/s", "p50 ms", "p99 ms"]
+    columns = ["measurement", "in flight", "puts/txn", "txns/s", "puts/s", "p50 ms", "p99 ms",
+               "etcd CPU µs/put", "client CPU µs/put"]  # fmt: skip
     return ScenarioResult(
         name="raw",
         title="Raw etcd baseline (same etcd, same client, same run)",
@@ -89,11 +95,15 @@ async def run(ctx: BenchContext) -> ScenarioResult:
             "put1_per_s": measured[plan[0][0]]["puts_per_s"],
             "put64_per_s": measured[plan[1][0]]["puts_per_s"],
             "txn128_per_s": measured[plan[2][0]]["txns_per_s"],
+            "put64_etcd_cpu_ms": measured[plan[1][0]]["etcd_cpu_ms"],
+            "put64_client_cpu_ms": measured[plan[1][0]]["client_cpu_ms"],
         },
         notes=[
             f"Values are {opts.raw_value_bytes} bytes (a run record is about 1.1 KB). "
             "Latency is per transaction as the client sees it.",
             "The Python client (grpc.aio) is part of what is measured: on a 2-core machine "
             "it, not etcd, may be the limit for the 64-in-flight rate.",
+            "CPU is user + system time of the etcd process and of the benchmark (the "
+            "client) over each measurement, per put.",
         ],
     )

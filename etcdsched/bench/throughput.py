@@ -15,10 +15,13 @@ measures etcdsched alone and is labelled so) and ``process`` (a real
 
 from __future__ import annotations
 
+import os
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from etcdsched.bench.context import BenchContext
+from etcdsched.bench.cpu import CpuSample, fleet_groups, per_unit_ms, sample
 from etcdsched.bench.load import job_rows, make_spec, write_jobs
 from etcdsched.bench.measure import (
     STAGES,
@@ -65,8 +68,26 @@ def expected_slots(count: int, every_ms: int, t0_ms: int, end_ms: int) -> int:
     return sum((end_ms - s) // every_ms + 1 for s in starts if s <= end_ms)
 
 
-async def _variant(ctx: BenchContext, executor: str) -> tuple[list[RunTimes], int, int]:
-    """One load run; the run records, the load's start and the expected runs."""
+@dataclass(frozen=True)
+class LoadRun:
+    """One load run: the run records, the load's first slot, the runs
+    expected, and the CPU used while slots were coming due."""
+
+    times: list[RunTimes]
+    t0_ms: int
+    expected: int
+    cpu: tuple[CpuSample, CpuSample]
+    cpu_window_ms: tuple[int, int]
+
+    def cpu_per_run_ms(self) -> dict[str, float]:
+        """CPU per run finished while it was measured, by process group."""
+        start, end = self.cpu_window_ms
+        finished = sum(1 for t in self.times if t.ended_ms and start <= t.ended_ms < end)
+        return per_unit_ms(*self.cpu, finished)
+
+
+async def _variant(ctx: BenchContext, executor: str) -> LoadRun:
+    """One load run, from an empty prefix to every expected run read back."""
     opts = ctx.options
     keys = ctx.new_keys(f"throughput-{executor}")
     partitions = await ctx.init_cluster(keys)
@@ -82,20 +103,22 @@ async def _variant(ctx: BenchContext, executor: str) -> tuple[list[RunTimes], in
         rows = interval_rows(keys, partitions, opts.rate, 1000, t0, end, "tick")
         await write_jobs(ctx.store, keys, rows, len(rows), f"throughput[{executor}]: jobs")
         expected = expected_slots(opts.rate, 1000, t0, end)
-        wait = (end - int(time.time() * 1000)) / 1000
+        groups = fleet_groups(ctx.etcd_pid, fleet)
+        before, from_ms = sample(groups), int(time.time() * 1000)
+        wait = (end - from_ms) / 1000
         await ctx.sleep_with_progress(wait, f"throughput[{executor}]: load", keys)
+        after, to_ms = sample(groups), int(time.time() * 1000)
         await ctx.wait_drained(keys, expected, f"throughput[{executor}]: drain")
     finally:
         fleet.stop_all()
     times = await read_runs(ctx.store, keys)
     await ctx.cleanup(keys)
-    return times, t0, expected
+    return LoadRun(times, t0, expected, (before, after), (from_ms, to_ms))
 
 
-def _analyse(
-    executor: str, times: list[RunTimes], t0: int, expected: int, ctx: BenchContext
-) -> tuple[list[Any], dict[str, Any]]:
+def _analyse(executor: str, load: LoadRun, ctx: BenchContext) -> tuple[list[Any], dict[str, Any]]:
     opts = ctx.options
+    times, t0, expected = load.times, load.t0_ms, load.expected
     last = max((t.ended_ms or t.created_ms for t in times), default=t0)
     seconds = max(1, (last - t0) // 1000 + 1)
     series = per_second(times, t0, seconds)
@@ -119,6 +142,7 @@ def _analyse(
         "rates": rates,
         "ratio": ratio,
         "stage_gaps": stage_gaps(times),
+        "cpu_per_run_ms": load.cpu_per_run_ms(),
     }
     return row, data
 
@@ -152,8 +176,7 @@ async def run(ctx: BenchContext) -> ScenarioResult:
     rows = []
     for executor in opts.executors:
         note(f"throughput: {EXECUTOR_LABEL[executor]}, {opts.rate}/s for {opts.duration:g}s")
-        times, t0, expected = await _variant(ctx, executor)
-        row, data = _analyse(executor, times, t0, expected, ctx)
+        row, data = _analyse(executor, await _variant(ctx, executor), ctx)
         rows.append(row)
         result.series[executor] = data
         result.metrics[f"{executor}_finished_per_s"] = data["rates"]["finished"]
@@ -161,13 +184,50 @@ async def run(ctx: BenchContext) -> ScenarioResult:
                "lag p50 ms", "lag p99 ms", "runs/expected", "saturated"]  # fmt: skip
     result.tables.append(Table("rates over the steady window", columns, rows))
     result.tables.append(_stage_table(opts.executors, result.series))
+    result.tables.append(_cpu_table(opts.executors, result.series))
     result.targets.append(_target(ctx, result))
+    result.notes.append(_cpu_budget(ctx, result))
     result.notes.append(
         "Rates are means over the window after a warm-up; 'saturated: no' means the "
         "offered load was carried in full and the ceiling is higher than shown. Runs "
         "are fired up to the lookahead before their slot, so 'fired' leads the others."
     )
     return result
+
+
+CPU_GROUPS = ("etcd", "scheduler", "worker", "benchmark")
+
+
+def _cpu_table(executors: tuple[str, ...], series: dict[str, Any]) -> Table:
+    """Milliseconds of CPU per finished run, by process, while slots came
+    due: the sum against the machine's cores bounds the rate."""
+    rows = []
+    for executor in executors:
+        cpu = series[executor]["cpu_per_run_ms"]
+        shares = [cpu.get(group) for group in CPU_GROUPS]
+        rows.append([EXECUTOR_LABEL[executor], *shares, cpu["total"], cpu["cores"]])
+    columns = ["executor", *(f"{g} ms" for g in CPU_GROUPS), "total ms", "cores busy"]
+    return Table("CPU per finished run (user + system, during the load)", columns, rows)
+
+
+def _cpu_budget(ctx: BenchContext, result: ScenarioResult) -> str:
+    """What the target leaves per run, against what a run took."""
+    raw = ctx.results.get("raw")
+    put64 = raw.metrics.get("put64_per_s") if raw and not raw.error else None
+    noop = result.series.get("noop")
+    cores = os.cpu_count() or 1
+    if not put64 or noop is None:
+        return "CPU budget: needs --scenario raw and the noop executor in the same run."
+    budget = cores * 1000 / (0.5 * put64)
+    cpu = noop["cpu_per_run_ms"]
+    return (
+        f"CPU budget: 0.5 x put64 is {0.5 * put64:,.0f} runs/s; {cores} cores then allow "
+        f"{budget:.2f} ms of CPU per run for every process together. A no-op run took "
+        f"{cpu['total']:.2f} ms ({cpu['etcd']:.2f} in etcd, {cpu.get('scheduler', 0):.2f} "
+        f"in the scheduler, {cpu.get('worker', 0):.2f} in the worker, "
+        f"{cpu['benchmark']:.2f} in this benchmark's counting). Job processes "
+        "(real subprocesses) are not included."
+    )
 
 
 def _target(ctx: BenchContext, result: ScenarioResult) -> Target:
