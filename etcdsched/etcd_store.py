@@ -307,8 +307,10 @@ class EtcdStore:
     async def watch(self, prefix: str, start_revision: int) -> AsyncIterator[WatchBatch]:
         if self._client.watch is None:
             raise StoreUnavailable("store is closed")
+        # no prev_kv: nobody reads an event's previous value, and asking for
+        # it made etcd read and send a second record with every event
         stream: Any = self._client.watch.watch(
-            prefix, prefix_end(prefix), start_revision=start_revision, prev_kv=True
+            prefix, prefix_end(prefix), start_revision=start_revision
         )
         try:
             async for response in stream:
@@ -327,8 +329,7 @@ class EtcdStore:
     @staticmethod
     def _event(pb: Any) -> Event:
         kind: Literal["put", "delete"] = "delete" if pb.type == 1 else "put"
-        prev = _kv(pb.prev_kv) if pb.HasField("prev_kv") else None
-        return Event(kind, _kv(pb.kv), prev)
+        return Event(kind, _kv(pb.kv))
 
     async def grant(self, ttl: int) -> tuple[int, int]:
         assert self._client.lease is not None

@@ -2,14 +2,14 @@
 
 The partition's due entries up to a horizon live in memory (listed, then
 watched, re-listed as the horizon moves). Entries due within the lookahead
-are fired in batches, a quarter lookahead's worth at a time (see
-``ready_entries``): one transaction per batch whose compares are, per
-entry, *the due entry is unchanged* (``mod`` of its key), *the job is the
-version the entry was computed from* (``version`` of the job key), *the run
-does not exist* (``create_revision == 0``) and, for overlap ``skip``, *the job
-has no active run* (empty ``active/<pp>/<job>/``); plus once per batch *we
-still own the partition* (owner key ``create_revision`` = our token). When a
-batch fails, entries are retried one by one against fresh reads.
+are fired in batches, a granule's worth at a time (see ``GRANULE_MAX_MS``):
+one transaction per batch whose compares are, per entry, *the due entry is
+unchanged* (``mod`` of its key), *the job is the version the entry was
+computed from* (``version`` of the job key), *the run does not exist*
+(``create_revision == 0``) and, for overlap ``skip``, *the job has no active
+run* (empty ``active/<pp>/<job>/``); plus once per batch *we still own the
+partition* (owner key ``create_revision`` = our token). When a batch fails,
+entries are retried one by one against fresh reads.
 """
 
 from __future__ import annotations
@@ -36,10 +36,13 @@ from etcdsched.store import KV, Cmp, Compare, Op, Ops, Store, Versioned
 log = logging.getLogger(__name__)
 MAX_TXN_OPS = 120  # etcd refuses more than --max-txn-ops (default 128) per branch
 GRANULE_PART = 4
+GRANULE_MAX_MS = 500
 """A partition fires once its earliest entry is within ``lookahead -
-lookahead / GRANULE_PART`` of now, and then everything within the whole
-lookahead: slots spread evenly over time go out in batches of a quarter
-lookahead's worth instead of one transaction each (see ``fire_due``)."""
+granule`` of now, and then everything within the whole lookahead, where the
+granule is a quarter of the lookahead but at most half a second: slots
+spread evenly over time go out in batches of a granule's worth instead of
+one transaction each (see ``ready_entries``), and a long lookahead (a burst
+staged minutes ahead) still starts firing as soon as it is due to."""
 
 
 @dataclass
@@ -51,8 +54,9 @@ class EntryWrite:
     created: list[RunRecord] = field(default_factory=list)
     """The runs it creates, as stored."""
     cancel_after: list[str] = field(default_factory=list)
-    next_kv: tuple[str, bytes] | None = None
-    """The job's next due entry (key, encoded once for both its puts and the cache)."""
+    next_kv: tuple[str, bytes, DueEntry] | None = None
+    """The job's next due entry: key, value (encoded once for its two puts
+    and the cache) and the entry itself (so the next firing need not decode it)."""
 
 
 @dataclass
@@ -88,7 +92,7 @@ class PartitionFirer:
         self.active = active
         self.partitions = partitions
         self.lookahead_ms = lookahead_ms
-        self.granule_ms = lookahead_ms // GRANULE_PART
+        self.granule_ms = min(lookahead_ms // GRANULE_PART, GRANULE_MAX_MS)
         self.horizon_ms = horizon_ms
         self.batch = batch
         self.runs = RunOps(keys)
@@ -103,6 +107,8 @@ class PartitionFirer:
             list_end=self._horizon_end,
         )
         self.cancel_requests: list[str] = []
+        self._written: dict[str, tuple[int, DueEntry]] = {}
+        """Due entries this firer wrote, by key, with the revision they have."""
         self.on_fired: Callable[[Versioned[RunRecord]], None] = lambda run: None
         """Told each run this firer created, as stored (the placer then need
         not read it back)."""
@@ -192,7 +198,7 @@ class PartitionFirer:
     ) -> EntryWrite:
         """The write that fires ``kv``; planned runs whose slot is in
         ``existing`` already have a run (a backfill made it) and are left out."""
-        entry = kv.decode(DueEntry).value
+        entry = self._entry_of(kv)
         plan = plan_fire(entry, now_ms)
         job_key = self.keys.job(entry.job_id)
         write = EntryWrite(
@@ -248,6 +254,17 @@ class PartitionFirer:
             active.append(ActivePointer(run_id=run.id))
         return skips
 
+    def _entry_of(self, kv: KV) -> DueEntry:
+        """The entry behind ``kv``: the one this firer wrote if the key
+        still holds that revision, else decoded (a due entry carries the
+        job's whole spec; decoding it was a third of building a batch)."""
+        revision, entry = self._written.pop(kv.key, (0, None))
+        if entry is not None and revision == kv.mod_revision:
+            return entry
+        if len(self._written) > 2 * len(self.due.items) + 64:  # entries deleted unfired
+            self._written = {k: v for k, v in self._written.items() if k in self.due.items}
+        return kv.decode(DueEntry).value
+
     def _due_ops(
         self, kv: KV, entry: DueEntry, nxt: DueEntry | None, write: EntryWrite
     ) -> list[Op]:
@@ -257,7 +274,7 @@ class PartitionFirer:
             return [*ops, Ops.delete(pointer)]
         next_key = self.keys.due(self.partition, nxt.slot_ms, nxt.job_id)
         data = encode(nxt)
-        write.next_kv = (next_key, data)
+        write.next_kv = (next_key, data, nxt)
         return [*ops, Ops.put(next_key, data), Ops.put(pointer, data)]
 
     # -- committing ----------------------------------------------------------
@@ -375,8 +392,9 @@ class PartitionFirer:
         for kv, write in chunk:
             self.due.items.pop(kv.key, None)
             if write.next_kv is not None and self._within_horizon(write.next_kv[0]):
-                key, data = write.next_kv
+                key, data, entry = write.next_kv
                 self.due.items[key] = KV(key, data, revision, revision, 1)
+                self._written[key] = (revision, entry)
             for run in write.created:
                 self.on_fired(Versioned(self.keys.run(run.id), run, revision, revision, 1))
             self.stats.fired += len(write.created)

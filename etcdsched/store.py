@@ -158,7 +158,7 @@ class TxnResult:
 class Event:
     kind: Literal["put", "delete"]
     kv: KV
-    prev: KV | None = None
+    """For a delete, only the key and the revision of the delete are set."""
 
 
 @dataclass(frozen=True)

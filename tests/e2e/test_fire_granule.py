@@ -6,7 +6,7 @@ from __future__ import annotations
 from etcdsched.clock import FakeClock
 from etcdsched.cronwall import ms_to_utc
 from etcdsched.etcd_store import EtcdStore
-from etcdsched.firing import PartitionFirer
+from etcdsched.firing import GRANULE_MAX_MS, PartitionFirer
 from etcdsched.jobs import JobService
 from etcdsched.keys import Keys
 from etcdsched.overlap import active_runs_cache
@@ -48,3 +48,19 @@ async def test_fires_a_quarter_lookahead_at_a_time(store: EtcdStore, keys: Keys)
     assert ready(t0 + 3399) == []
     assert ready(t0 + 3400) == ["at-4900"]
     assert ready(t0 + 3600) == ["at-4900", "at-5500"]
+
+
+async def test_a_long_lookahead_still_fires_within_half_a_second(
+    store: EtcdStore, keys: Keys
+) -> None:
+    """A burst staged ten minutes ahead must not wait 2.5 minutes to start firing."""
+    clock = FakeClock()
+    t0 = clock.now_ms()
+    await JobService(store, keys, clock, P).create(_at(t0 + 600_000), "staged")
+    active = active_runs_cache(store, clock, keys, 0)
+    owner = Ownership(store, keys, "x")
+    firer = PartitionFirer(0, store, keys, clock, owner, active, P, 600_000, 900_000, 16)
+    await firer.due.relist()
+    assert firer.granule_ms == GRANULE_MAX_MS
+    assert firer.ready_entries(t0 + 499) == []
+    assert [kv.key for kv in firer.ready_entries(t0 + 500)] == [keys.due(0, t0 + 600_000, "staged")]

@@ -180,7 +180,7 @@ async def test_a_draining_worker_hands_back_a_job_waiting_at_its_gate(
 async def test_an_attempt_whose_log_cannot_be_opened_fails_and_says_why(
     services: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def disk_full(run_id: str, attempt: int) -> None:
+    def disk_full(run_id: str, attempt: int, lazy: bool = False) -> None:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(services.logs, "open_writer", disk_full)
