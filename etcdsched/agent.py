@@ -26,11 +26,11 @@ from etcdsched.embedded import EtcdMember, EtcdTuning
 from etcdsched.etcd_store import EtcdStore
 from etcdsched.executor import Executor, NoopExecutor, ProcessExecutor
 from etcdsched.keys import Keys
+from etcdsched.lease_renewer import BlockingRenewer
 from etcdsched.logstore import DirLogStore
 from etcdsched.scheduler import SchedulerService, ensure_cluster
-from etcdsched.session import StoreFactory
+from etcdsched.session import Renewer, RenewerFactory
 from etcdsched.starter import ThreadStarter
-from etcdsched.store import Store
 from etcdsched.worker import WorkerService
 
 log = logging.getLogger(__name__)
@@ -42,11 +42,11 @@ def make_executor(name: str) -> Executor:
     return NoopExecutor() if name == "noop" else ProcessExecutor()
 
 
-def store_factory(config: Config) -> StoreFactory:
-    """Connects another store to the same etcd (a session's renewal thread)."""
+def renewer_factory(config: Config) -> RenewerFactory:
+    """Connects a session's renewal thread to the same etcd (ADR 0005)."""
 
-    async def connect() -> Store:
-        return await EtcdStore.connect(config.etcd_options())
+    async def connect() -> Renewer:
+        return BlockingRenewer(config.etcd_options())
 
     return connect
 
@@ -66,12 +66,12 @@ async def run_agent(config: Config, roles: set[str], stop: asyncio.Event | None 
         worker = None
         tasks: list[asyncio.Task[None]] = []
         if "scheduler" in roles:
-            renewal = store_factory(config)
+            renewal = renewer_factory(config)
             scheduler = SchedulerService(config, store, keys, clock, logs, renewal)
             tasks.append(asyncio.create_task(scheduler.run(), name="scheduler"))
         if "worker" in roles:
             executor = make_executor(config.executor)
-            renewal = store_factory(config)
+            renewal = renewer_factory(config)
             worker = WorkerService(
                 config, store, keys, clock, executor, logs, None, renewal, ThreadStarter()
             )

@@ -36,7 +36,7 @@ from etcdsched.placer import PartitionPlacer
 from etcdsched.recovery import PartitionRecovery
 from etcdsched.retention import RetentionSweeper
 from etcdsched.runs import cancel_run
-from etcdsched.session import Session, StoreFactory
+from etcdsched.session import RenewerFactory, Session
 from etcdsched.store import Cmp, Ops, Store
 
 log = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ class SchedulerService:
         keys: Keys,
         clock: Clock,
         logs: LogStore | None = None,
-        renew_store: StoreFactory | None = None,
+        renew_store: RenewerFactory | None = None,
     ) -> None:
         """``renew_store`` moves lease renewal to its own thread and
         connection (``etcdsched.session``): an overloaded scheduler keeps

@@ -11,7 +11,7 @@ new one.
 and lets the lease expire on its own (what a crash looks like).
 
 With ``renew_store`` the renewals run on a thread of their own, with their
-own event loop and etcd connection: a main loop that is busy for seconds (a
+own event loop and (blocking) etcd connection: a main loop that is busy for seconds (a
 scheduler overloaded by a burst) then does not starve its lease into
 expiry, which would cost it every partition and a full re-list, and make the
 overload worse. A process that is stopped or dead stops that thread too, so
@@ -26,6 +26,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from etcdsched.clock import Clock
 from etcdsched.errors import EtcdschedError, OwnershipLost, StoreRejected
@@ -33,7 +34,18 @@ from etcdsched.store import Store
 
 log = logging.getLogger(__name__)
 MIN_TTL = 2
-StoreFactory = Callable[[], Awaitable[Store]]
+
+
+class Renewer(Protocol):
+    """What renews a lease: a :class:`Store`, or the renewal thread's
+    :class:`~etcdsched.lease_renewer.BlockingRenewer`."""
+
+    async def keepalive_once(self, lease_id: int, timeout: float) -> int: ...
+
+    async def close(self) -> None: ...
+
+
+RenewerFactory = Callable[[], Awaitable[Renewer]]
 
 
 class Session:
@@ -61,7 +73,7 @@ class Session:
         clock: Clock,
         ttl: int = 5,
         margin: float | None = None,
-        renew_store: StoreFactory | None = None,
+        renew_store: RenewerFactory | None = None,
     ) -> Session:
         """Grant a lease and start renewing it. ``margin`` defaults to a
         quarter of the TTL (at least 0.5 s). ``renew_store`` connects the
@@ -107,7 +119,7 @@ class Session:
     def on_lost(self, callback: Callable[[], None]) -> None:
         self._callbacks.append(callback)
 
-    async def _keepalive(self, store: Store) -> None:
+    async def _keepalive(self, store: Renewer) -> None:
         interval = self.ttl / 3
         next_renewal = self._clock.monotonic() + interval
         while not self.lost:
@@ -178,9 +190,11 @@ class Session:
 
 class _RenewalThread:
     """Runs ``session._keepalive`` on a daemon thread with its own event loop
-    and its own store connection (grpc channels belong to one loop)."""
+    and its own connection: a :class:`~etcdsched.lease_renewer.BlockingRenewer`,
+    whose blocking gRPC channel keeps this loop off ``grpc.aio``'s shared
+    poller (see that module for what a second aio connection cost)."""
 
-    def __init__(self, session: Session, connect: StoreFactory) -> None:
+    def __init__(self, session: Session, connect: RenewerFactory) -> None:
         self._session = session
         self._connect = connect
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -212,7 +226,7 @@ class _RenewalThread:
                 with contextlib.suppress(Exception):
                     await store.close()
 
-    async def _connected(self) -> Store | None:
+    async def _connected(self) -> Renewer | None:
         """Connect, retrying while the session can still be saved (etcd may
         be failing over just now); None once it is lost anyway."""
         while not self._session.lost:

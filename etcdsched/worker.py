@@ -46,7 +46,7 @@ from etcdsched.models import (
 )
 from etcdsched.process_group import Process
 from etcdsched.runs import RunOps
-from etcdsched.session import Session, StoreFactory
+from etcdsched.session import RenewerFactory, Session
 from etcdsched.spec import Capacity
 from etcdsched.starter import LoopStarter, Starter
 from etcdsched.store import Event, Ops, Store
@@ -91,7 +91,7 @@ class WorkerService:
         executor: Executor,
         logs: LogStore,
         watchdog: Watchdog | None = None,
-        renew_store: StoreFactory | None = None,
+        renew_store: RenewerFactory | None = None,
         starter: Starter | None = None,
     ) -> None:
         self.config = config

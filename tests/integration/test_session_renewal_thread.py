@@ -10,19 +10,20 @@ import time
 import pytest
 
 from etcdsched.clock import SystemClock
+from etcdsched.errors import StoreUnavailable
 from etcdsched.etcd_store import EtcdOptions, EtcdStore
-from etcdsched.session import Session, StoreFactory
-from etcdsched.store import Store
+from etcdsched.lease_renewer import BlockingRenewer
+from etcdsched.session import Renewer, RenewerFactory, Session
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 TTL = 2
 
 
-def connector(etcd_endpoints: list[str]) -> StoreFactory:
-    """The renewal thread's own connection to the test etcd."""
+def connector(etcd_endpoints: list[str]) -> RenewerFactory:
+    """The renewal thread's own (blocking) connection to the test etcd."""
 
-    async def connect() -> Store:
-        return await EtcdStore.connect(EtcdOptions(endpoints=tuple(etcd_endpoints)))
+    async def connect() -> Renewer:
+        return BlockingRenewer(EtcdOptions(endpoints=tuple(etcd_endpoints)))
 
     return connect
 
@@ -57,3 +58,22 @@ async def test_renewal_thread_stops_with_the_session(
     await session.orphan()  # stop renewing, do not revoke: the lease must now expire
     await asyncio.sleep(TTL + 1.0)
     assert await store.keepalive_once(session.lease_id, 2.0) <= 0
+
+
+async def test_blocking_renewer_renews_reports_a_gone_lease_and_an_unreachable_etcd(
+    store: EtcdStore, etcd_endpoints: list[str]
+) -> None:
+    renewer = BlockingRenewer(EtcdOptions(endpoints=tuple(etcd_endpoints)))
+    lease_id, _ = await store.grant(TTL)
+    try:
+        assert 0 < await renewer.keepalive_once(lease_id, 2.0) <= TTL
+        await store.revoke(lease_id)
+        assert await renewer.keepalive_once(lease_id, 2.0) <= 0
+    finally:
+        await renewer.close()
+    nowhere = BlockingRenewer(EtcdOptions(endpoints=("127.0.0.1:1",)))
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable):
+        await nowhere.keepalive_once(lease_id, 0.5)
+    assert time.monotonic() - started < 5, "bounded by the timeout it was given"
+    await nowhere.close()
