@@ -7,9 +7,8 @@ wakes first handles *all* completed events and hands those of other loops
 over with ``call_soon_threadsafe``. The idle renewal loop nearly always
 woke first, so almost every RPC and watch message of the busy main loop
 took a detour through the renewal thread and a second wake-up of the main
-loop: about a tenth of a scheduler's CPU under load, for one renewal every
-few seconds. A blocking channel has its own completion queue per call and
-never touches the asyncio poller (ADR 0005, addendum).
+loop. A blocking channel has its own completion queue per call and never
+touches the asyncio poller (ADR 0005, addendum).
 """
 
 from __future__ import annotations
