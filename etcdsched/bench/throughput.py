@@ -22,6 +22,8 @@ from typing import Any
 
 from etcdsched.bench.context import BenchContext
 from etcdsched.bench.cpu import CpuSample, fleet_groups, per_unit_ms, sample
+from etcdsched.bench.etcd_ops import COUNTERS, read_counters
+from etcdsched.bench.etcd_ops import per_unit as ops_per_unit
 from etcdsched.bench.load import job_rows, make_spec, write_jobs
 from etcdsched.bench.measure import (
     STAGES,
@@ -77,13 +79,20 @@ class LoadRun:
     t0_ms: int
     expected: int
     cpu: tuple[CpuSample, CpuSample]
+    etcd_counters: tuple[dict[str, float], dict[str, float]]
     cpu_window_ms: tuple[int, int]
+
+    def finished_in_window(self) -> int:
+        start, end = self.cpu_window_ms
+        return sum(1 for t in self.times if t.ended_ms and start <= t.ended_ms < end)
 
     def cpu_per_run_ms(self) -> dict[str, float]:
         """CPU per run finished while it was measured, by process group."""
-        start, end = self.cpu_window_ms
-        finished = sum(1 for t in self.times if t.ended_ms and start <= t.ended_ms < end)
-        return per_unit_ms(*self.cpu, finished)
+        return per_unit_ms(*self.cpu, self.finished_in_window())
+
+    def etcd_per_run(self) -> dict[str, float]:
+        """etcd's operations per run finished while they were counted."""
+        return ops_per_unit(*self.etcd_counters, self.finished_in_window())
 
 
 async def _variant(ctx: BenchContext, executor: str) -> LoadRun:
@@ -104,16 +113,18 @@ async def _variant(ctx: BenchContext, executor: str) -> LoadRun:
         await write_jobs(ctx.store, keys, rows, len(rows), f"throughput[{executor}]: jobs")
         expected = expected_slots(opts.rate, 1000, t0, end)
         groups = fleet_groups(ctx.etcd_pid, fleet)
+        counted = await read_counters(ctx.endpoints[0])
         before, from_ms = sample(groups), int(time.time() * 1000)
         wait = (end - from_ms) / 1000
         await ctx.sleep_with_progress(wait, f"throughput[{executor}]: load", keys)
         after, to_ms = sample(groups), int(time.time() * 1000)
+        counters = (counted, await read_counters(ctx.endpoints[0]))
         await ctx.wait_drained(keys, expected, f"throughput[{executor}]: drain")
     finally:
         fleet.stop_all()
     times = await read_runs(ctx.store, keys)
     await ctx.cleanup(keys)
-    return LoadRun(times, t0, expected, (before, after), (from_ms, to_ms))
+    return LoadRun(times, t0, expected, (before, after), counters, (from_ms, to_ms))
 
 
 def _analyse(executor: str, load: LoadRun, ctx: BenchContext) -> tuple[list[Any], dict[str, Any]]:
@@ -143,6 +154,7 @@ def _analyse(executor: str, load: LoadRun, ctx: BenchContext) -> tuple[list[Any]
         "ratio": ratio,
         "stage_gaps": stage_gaps(times),
         "cpu_per_run_ms": load.cpu_per_run_ms(),
+        "etcd_per_run": load.etcd_per_run(),
     }
     return row, data
 
@@ -185,6 +197,7 @@ async def run(ctx: BenchContext) -> ScenarioResult:
     result.tables.append(Table("rates over the steady window", columns, rows))
     result.tables.append(_stage_table(opts.executors, result.series))
     result.tables.append(_cpu_table(opts.executors, result.series))
+    result.tables.append(_etcd_table(opts.executors, result.series))
     result.targets.append(_target(ctx, result))
     result.notes.append(_cpu_budget(ctx, result))
     result.notes.append(
@@ -208,6 +221,16 @@ def _cpu_table(executors: tuple[str, ...], series: dict[str, Any]) -> Table:
         rows.append([EXECUTOR_LABEL[executor], *shares, cpu["total"], cpu["cores"]])
     columns = ["executor", *(f"{g} ms" for g in CPU_GROUPS), "total ms", "cores busy"]
     return Table("CPU per finished run (user + system, during the load)", columns, rows)
+
+
+def _etcd_table(executors: tuple[str, ...], series: dict[str, Any]) -> Table:
+    """etcd's own counters per finished run: how many operations a run is."""
+    rows = []
+    for executor in executors:
+        ops = series[executor].get("etcd_per_run", {})
+        rows.append([EXECUTOR_LABEL[executor], *(ops.get(name) for name in COUNTERS)])
+    return Table("etcd work per finished run (etcd's counters, during the load)",
+                 ["executor", *COUNTERS], rows)  # fmt: skip
 
 
 def _cpu_budget(ctx: BenchContext, result: ScenarioResult) -> str:

@@ -1,10 +1,11 @@
-"""The benchmark's CPU accounting: per unit, per group, and cores busy."""
+"""The benchmark's accounting: CPU per unit and group, cores busy, etcd's counters."""
 
 from __future__ import annotations
 
 import os
 
 from etcdsched.bench.cpu import CpuSample, fleet_groups, per_unit_ms, sample
+from etcdsched.bench.etcd_ops import parse_counters, per_unit
 
 
 def test_per_unit_splits_by_group_and_counts_cores() -> None:
@@ -23,3 +24,20 @@ def test_sample_reads_this_process() -> None:
     first = sample(groups)
     sum(i * i for i in range(300_000))  # burn a little CPU
     assert sample(groups).seconds["benchmark"] >= first.seconds["benchmark"]
+
+
+def test_etcd_counters_are_read_from_its_metrics_page() -> None:
+    page = "\n".join(
+        [
+            "# HELP etcd_mvcc_put_total Total number of puts seen by this member.",
+            "# TYPE etcd_mvcc_put_total counter",
+            "etcd_mvcc_put_total 1500",
+            "etcd_mvcc_txn_total 30",
+            'grpc_server_handled_total{grpc_code="OK"} 7',
+            "etcd_debugging_mvcc_events_total 900",
+        ]
+    )
+    before = parse_counters(page)
+    assert before == {"puts": 1500.0, "txns": 30.0, "watch events": 900.0}
+    after = {"puts": 2500.0, "txns": 40.0, "watch events": 2900.0}
+    assert per_unit(before, after, 100) == {"puts": 10.0, "txns": 0.1, "watch events": 20.0}

@@ -1,0 +1,48 @@
+"""What etcd did per unit of work, from its own Prometheus counters
+(``/metrics`` on the client URL): puts, deletes, transactions, key reads
+(compares included: etcd reads a key to compare it) and events sent to
+watchers. With the CPU table this says *why* a run costs what it does."""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.request
+
+COUNTERS = {
+    "txns": "etcd_mvcc_txn_total",
+    "puts": "etcd_mvcc_put_total",
+    "deletes": "etcd_mvcc_delete_total",
+    "key reads": "etcd_mvcc_range_total",
+    "watch events": "etcd_debugging_mvcc_events_total",
+    "raft proposals": "etcd_server_proposals_committed_total",
+}
+"""Column name -> etcd counter (unlabelled)."""
+
+
+def parse_counters(text: str) -> dict[str, float]:
+    """The :data:`COUNTERS` found in a Prometheus text page."""
+    wanted = {metric: name for name, metric in COUNTERS.items()}
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        metric, _, value = line.partition(" ")
+        if metric in wanted:
+            found[wanted[metric]] = float(value)
+    return found
+
+
+async def read_counters(endpoint: str) -> dict[str, float]:
+    """etcd's counters now; empty if its metrics cannot be read."""
+
+    def fetch() -> str:
+        with urllib.request.urlopen(f"http://{endpoint}/metrics", timeout=5) as page:
+            return str(page.read().decode())
+
+    try:
+        return parse_counters(await asyncio.to_thread(fetch))
+    except OSError:
+        return {}
+
+
+def per_unit(before: dict[str, float], after: dict[str, float], units: int) -> dict[str, float]:
+    """Each counter's growth per unit (only counters read both times)."""
+    return {k: (after[k] - before[k]) / max(units, 1) for k in after if k in before}
