@@ -160,9 +160,14 @@ class AttemptRunner:
         return current
 
     async def _claim(self, current: Versioned[RunRecord]) -> bool:
-        """Take the attempt: claim key under our lease and the active pointer
-        (compares: run unchanged, no claim on it). The run itself is not
-        written: it stays ``assigned`` until the process has started."""
+        """Take the attempt: claim key under our lease (compares: run
+        unchanged, no claim on it). The run itself is not written: it stays
+        ``assigned`` until the process has started. The active pointer is
+        rewritten only to add the hang deadline of a job with a timeout:
+        every other write of a pointer also writes its run, so a run
+        unchanged since it was placed on us still has the placement's
+        pointer, which already names this worker and attempt (one put and
+        one watch event per run fewer)."""
         self.session.check()
         run = current.value
         claim = Claim(
@@ -178,10 +183,9 @@ class AttemptRunner:
         pointer = ActivePointer(
             run_id=run.id, worker=self.w.member_id, attempt=run.attempt, deadline_ms=deadline
         )
-        ops = [
-            Ops.put(self.claim_key, self.claim_bytes, lease=self.session.lease_id),
-            Ops.put(self.w.keys.active(run.partition, run.id), pointer),
-        ]
+        ops = [Ops.put(self.claim_key, self.claim_bytes, lease=self.session.lease_id)]
+        if deadline is not None:
+            ops.append(Ops.put(self.w.keys.active(run.partition, run.id), pointer))
         try:
             result = await self.w.store.txn(
                 [Cmp.mod(current.key, current.mod_revision), Cmp.absent(self.claim_key)], ops

@@ -7,6 +7,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from etcdsched.executor import NoopExecutor
+from etcdsched.models import ActivePointer
 from etcdsched.runs import cancel_run
 from etcdsched.statemachine import RunState
 from tests.support.e2e_jobs import (
@@ -241,3 +242,22 @@ async def test_a_job_that_ended_before_its_start_was_written_is_reported_in_one_
     assert attempt.started_ms <= attempt.ended_ms and attempt.exit_code == 0
     stored = await services.store.get(services.keys.run(run.id))
     assert stored is not None and stored.version == 3
+
+
+async def test_a_claim_rewrites_the_active_pointer_only_to_add_a_hang_deadline(
+    services: Services,
+) -> None:
+    """Fired (version 1), placed with the worker and attempt (2); the claim
+    adds nothing to that unless the job has a timeout, whose deadline the
+    pointer then carries (3)."""
+    services.start_scheduler("s1")
+    services.start_worker("w1")
+    await services.jobs.create(spec(NOW, ["sleep", "3"]), "plain")
+    await services.jobs.create(spec(NOW, ["sleep", "3"], timeout="1m"), "timed")
+    for job_id, version, has_deadline in (("plain", 2, False), ("timed", 3, True)):
+        run = await wait_state(services, await only_run(services, job_id), RunState.RUNNING)
+        stored = await services.store.get(services.keys.active(run.partition, run.id))
+        assert stored is not None and stored.version == version, (job_id, stored)
+        pointer = stored.decode(ActivePointer).value
+        assert (pointer.worker, pointer.attempt) == ("w1", 1)
+        assert (pointer.deadline_ms is not None) is has_deadline
