@@ -48,7 +48,33 @@ def versions(etcd_server: str) -> dict[str, str]:
         ours = importlib.metadata.version("etcdsched")
     except importlib.metadata.PackageNotFoundError:
         ours = "unknown"
-    return {"etcdsched": ours, "etcd": etcd_server, "python": platform.python_version()}
+    found = {"etcdsched": ours, "etcd": etcd_server, "python": platform.python_version()}
+    commit = source_commit(Path(__file__).resolve().parents[1])
+    return {**found, "commit": commit} if commit else found
+
+
+def source_commit(package_dir: Path) -> str:
+    """The git commit the package was run from, ``+dirty`` when its files
+    differ from it; empty unless the package's own files are tracked there
+    (an installed wheel, even in a venv inside a checkout, names none). The
+    version number alone does not tell two benchmark runs of the same
+    release apart."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(
+            ["git", "-C", str(package_dir), *args],
+            capture_output=True, text=True, timeout=10, check=False,
+        )  # fmt: skip
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    try:
+        if not git("ls-files", "--", "__init__.py"):  # e.g. a wheel in a venv inside a checkout
+            return ""
+        commit = git("rev-parse", "--short", "HEAD")
+        dirty = bool(commit) and bool(git("status", "--porcelain", "--", "."))
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return f"{commit}+dirty" if dirty else commit
 
 
 def proc_status_kb(pid: int, field: str) -> int | None:

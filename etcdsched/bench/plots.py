@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from etcdsched.bench.measure import STAGES
-from etcdsched.bench.report import Figures, machine_line
+from etcdsched.bench.report import Figures, machine_line, version_line
 from etcdsched.bench.results import ScenarioResult
 
 
@@ -29,7 +29,7 @@ def footer(meta: dict[str, Any]) -> str:
     smoke = "SMOKE RUN (reduced sizes) · " if meta.get("reduced") else ""
     return (
         f"{smoke}$ {meta.get('command', '')}\n"
-        f"etcdsched {ver.get('etcdsched', '?')} · etcd {ver.get('etcd', '?')} ({fsync}) · "
+        f"etcdsched {version_line(ver)} · etcd {ver.get('etcd', '?')} ({fsync}) · "
         f"Python {ver.get('python', '?')} · {machine_line(meta)} · {meta.get('started', '')}"
     )
 

@@ -43,7 +43,7 @@ def setup_lines(meta: dict[str, Any]) -> list[str]:
     rows = [
         ["command", f"`{meta.get('command', '')}`"],
         ["started / finished (UTC)", f"{meta.get('started', '')} / {meta.get('finished', DASH)}"],
-        ["etcdsched", ver.get("etcdsched", "?")],
+        ["etcdsched", version_line(ver)],
         ["etcd server", f"{ver.get('etcd', '?')}, single member on loopback, fsync {fsync}"],
         ["Python", ver.get("python", "?")],
         ["machine", machine_line(meta)],
@@ -52,6 +52,12 @@ def setup_lines(meta: dict[str, Any]) -> list[str]:
          f"{opts.get('partitions')} / {opts.get('lease_ttl')} s / {opts.get('lookahead_ms')} ms"],
     ]  # fmt: skip
     return md_table(["", ""], rows)
+
+
+def version_line(ver: dict[str, str]) -> str:
+    """etcdsched's version, and the commit when the run recorded one."""
+    commit = ver.get("commit")
+    return f"{ver.get('etcdsched', '?')} (commit {commit})" if commit else ver.get("etcdsched", "?")
 
 
 def machine_line(meta: dict[str, Any]) -> str:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from etcdsched.bench.cpu import CpuSample, fleet_groups, per_unit_ms, sample
+from etcdsched.bench.env import source_commit
 from etcdsched.bench.etcd_ops import parse_counters, per_unit
+from etcdsched.bench.report import version_line
 
 
 def test_per_unit_splits_by_group_and_counts_cores() -> None:
@@ -41,3 +44,14 @@ def test_etcd_counters_are_read_from_its_metrics_page() -> None:
     assert before == {"puts": 1500.0, "txns": 30.0, "watch events": 900.0}
     after = {"puts": 2500.0, "txns": 40.0, "watch events": 2900.0}
     assert per_unit(before, after, 100) == {"puts": 10.0, "txns": 0.1, "watch events": 20.0}
+
+
+def test_a_run_names_the_commit_it_ran_from(tmp_path: Path) -> None:
+    assert source_commit(tmp_path) == ""  # not a checkout: nothing claimed
+    repo = Path(__file__).resolve().parents[2]
+    if not (repo / ".git").exists():
+        return  # an sdist or a copy without history
+    commit = source_commit(repo / "etcdsched")
+    assert commit.removesuffix("+dirty")
+    assert version_line({"etcdsched": "0.1.0", "commit": commit}) == f"0.1.0 (commit {commit})"
+    assert version_line({"etcdsched": "0.1.0"}) == "0.1.0"
