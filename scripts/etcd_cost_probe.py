@@ -1,0 +1,79 @@
+"""What one mutation costs etcd's CPU, with and without prefix watchers
+and per-op compares: a side measurement behind docs/benchmarks.md's
+analysis, not part of ``etcdsched bench``.
+
+Starts its own single etcd (fsync off) on loopback, writes 128-put
+transactions of 700-byte values (about a run record) over a ring of keys,
+and reports etcd's user+system CPU per mutation with 0, 1 and 3
+``etcdctl watch --prefix`` processes attached, each also with one
+``exists`` compare per put. Run: ``.venv/bin/python scripts/etcd_cost_probe.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from etcdsched.embedded import EtcdMember, EtcdTuning, etcd_binary, reserve_ports
+from etcdsched.etcd_store import EtcdOptions, EtcdStore
+from etcdsched.store import Cmp, Ops
+
+TICKS = os.sysconf("SC_CLK_TCK")
+KEYS = 10_000
+PER_TXN = 128
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+async def measure(store: EtcdStore, pid: int, label: str, seconds: float, compares: bool) -> None:
+    value, done, i = b"x" * 700, 0, 0
+    end, before = time.monotonic() + seconds, cpu_seconds(pid)
+    while time.monotonic() < end:
+        keys = [f"/probe/{(i + k) % KEYS:05d}" for k in range(PER_TXN)]
+        checks = [Cmp.exists(k) for k in keys] if compares and i >= KEYS else []
+        await store.txn(checks, [Ops.put(k, value) for k in keys])
+        i, done = i + PER_TXN, done + PER_TXN
+    used = cpu_seconds(pid) - before
+    print(f"{label:48s} {done / seconds:8.0f} puts/s  etcd {used / done * 1e6:5.1f} µs/put")
+
+
+async def main() -> None:
+    client_port, peer_port = reserve_ports(2)
+    data = Path(tempfile.mkdtemp()) / "probe"
+    member = EtcdMember(
+        "probe", data, client_port, peer_port, tuning=EtcdTuning(unsafe_no_fsync=True)
+    )
+    member.start()
+    member.wait_ready()
+    assert member.pid is not None
+    store = await EtcdStore.connect(EtcdOptions(endpoints=(member.endpoint,)))
+    try:
+        await measure(store, member.pid, "warm-up", 3, False)
+        for watchers in (0, 1, 3):
+            command = [str(etcd_binary("etcdctl")), "--endpoints", member.endpoint]
+            procs = [
+                subprocess.Popen(
+                    [*command, "watch", "--prefix", "/probe/"], stdout=subprocess.DEVNULL
+                )
+                for _ in range(watchers)
+            ]
+            await asyncio.sleep(1)
+            await measure(store, member.pid, f"128-put txns, {watchers} prefix watchers", 8, False)
+            await measure(store, member.pid, "  + one exists-compare per put", 8, True)
+            for proc in procs:
+                proc.kill()
+                proc.wait()
+    finally:
+        await store.close()
+        member.stop()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
