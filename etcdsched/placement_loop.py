@@ -34,6 +34,15 @@ log = logging.getLogger(__name__)
 READ_BATCH = 100
 """Queued runs read per request (one read-only transaction)."""
 IDLE_WAIT = 1.0
+GATHER_S = 0.05
+"""After a wake, wait this long before the pass so that runs fired or
+freed close together are placed in one transaction per worker: below
+saturation each pass otherwise placed a run or two, and a run cost about
+four etcd transactions (docs/benchmarks.md). Runs are fired 1.5-2 s ahead
+of their instant, so the wait does not reach start lag."""
+URGENT_MS = 1000
+"""No gathering wait when a run queued since the last pass is due sooner
+than this (run-now triggers, short retry backoffs, a lookahead of 0)."""
 QUEUED_WAIT = 0.25
 """Runs are queued but none could be placed: look again this soon even
 without a change (a retry's not-before comes within the lookahead)."""
@@ -83,6 +92,11 @@ class PlacementLoop:
             except Exception:  # one bad pass must not end placement for good
                 log.exception("placement pass failed")
             await wait_any_change(seen, wait_s)
+            await asyncio.sleep(self._gather_wait_s())
+
+    def _gather_wait_s(self) -> float:
+        soonest = [t for p in self.placers() if (t := p.take_soonest_new()) is not None]
+        return gather_wait_s(min(soonest, default=None), self.clock.now_ms())
 
     def worker_views(self) -> dict[str, WorkerView]:
         """Every live worker with what is placed on it, as of the
@@ -233,3 +247,13 @@ def _deadline_chunk(
         if k not in inflight
     )
     return list(itertools.islice(keys, READ_BATCH))
+
+
+def gather_wait_s(soonest_new_ms: int | None, now_ms: int) -> float:
+    """How long the placement loop waits after a wake before its pass:
+    :data:`GATHER_S`, or nothing when a newly queued run is due within
+    :data:`URGENT_MS`. A run queued during the wait itself may still wait
+    out the rest of it (at most ``GATHER_S``)."""
+    if soonest_new_ms is not None and soonest_new_ms - now_ms < URGENT_MS:
+        return 0.0
+    return GATHER_S

@@ -78,6 +78,9 @@ class PartitionPlacer:
         """Queue keys in order, kept by insertion; deleted keys are skipped
         and swept out once they are half of it (no full sort per pass)."""
         self._on_change = on_change
+        self._soonest_new: int | None = None
+        """The earliest not-before among keys queued since the placement
+        loop last asked (:meth:`take_soonest_new`)."""
         self._fired: dict[str, Versioned[RunRecord]] = {}
         """Runs this scheduler fired, as stored, by queue key, until placed
         once: the first look at them needs no read."""
@@ -97,7 +100,10 @@ class PartitionPlacer:
             at = bisect.bisect_left(self._sorted, key)
             if at == len(self._sorted) or self._sorted[at] != key:
                 self._sorted.insert(at, key)  # absent, or left over from a delete
-            self._not_before[key] = self.keys.parse_queue(key).not_before_ms
+            not_before = self.keys.parse_queue(key).not_before_ms
+            self._not_before[key] = not_before
+            if self._soonest_new is None or not_before < self._soonest_new:
+                self._soonest_new = not_before
             deadline = _deadline_of(event.kv)
             if deadline is not None:
                 self._deadline_at[key] = deadline
@@ -118,6 +124,11 @@ class PartitionPlacer:
         for key in tuple(self._sorted):  # events may insert while we are suspended
             if self.waiting(key) and not_before.get(key, 0) <= limit_ms:
                 yield key[self._prefix_len :], self.partition, key
+
+    def take_soonest_new(self) -> int | None:
+        """The earliest not-before queued since the last call, and forget it."""
+        soonest, self._soonest_new = self._soonest_new, None
+        return soonest
 
     def waiting(self, queue_key: str) -> bool:
         """In the queue and not placed or dropped by us meanwhile."""

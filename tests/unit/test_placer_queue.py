@@ -14,6 +14,7 @@ from etcdsched.codec import encode
 from etcdsched.keys import Keys
 from etcdsched.models import QueueEntry, RunRecord
 from etcdsched.ownership import Ownership
+from etcdsched.placement_loop import GATHER_S, gather_wait_s
 from etcdsched.placer import FIRED_MEMO, PartitionPlacer
 from etcdsched.store import KV, Event, Store, Versioned
 
@@ -121,3 +122,16 @@ def test_the_fired_memo_is_bounded() -> None:
         fired(p, key, f"j{i}@00000000000100")
     assert len(p._fired) == FIRED_MEMO  # the rest are read when their turn comes
     assert p.take_fired(keys[-1]) is None and p.take_fired(keys[0]) is not None
+
+
+def test_the_placement_loop_gathers_unless_a_new_run_is_due_soon() -> None:
+    p = placer()
+    assert p.take_soonest_new() is None
+    queued(p, "j@00000000005000", 5000, 1)
+    queued(p, "j@00000000003000", 3000, 2)
+    assert p.take_soonest_new() == 3000
+    assert p.take_soonest_new() is None  # taken: only runs queued since count
+    assert gather_wait_s(None, 0) == GATHER_S  # a wake without new runs
+    assert gather_wait_s(3000, 0) == GATHER_S  # fired ahead, as slots are
+    assert gather_wait_s(3000, 2500) == 0.0  # due within URGENT_MS: no wait
+    assert gather_wait_s(-5, 0) == 0.0  # run now
