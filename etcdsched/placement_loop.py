@@ -20,7 +20,7 @@ import logging
 from collections.abc import Callable, Iterator
 
 from etcdsched.assigner import ASSIGNED, Assigner, CapacityIndex
-from etcdsched.cache import ChangeSignal, PrefixCache, versions, wait_any_change
+from etcdsched.cache import ChangeSignal, PrefixCache, Seen, versions, wait_any_change
 from etcdsched.clock import Clock
 from etcdsched.codec import CorruptRecord
 from etcdsched.errors import EtcdschedError, OwnershipLost
@@ -92,10 +92,15 @@ class PlacementLoop:
             except Exception:  # one bad pass must not end placement for good
                 log.exception("placement pass failed")
             await wait_any_change(seen, wait_s)
-            await asyncio.sleep(self._gather_wait_s())
+            await asyncio.sleep(self._gather_wait_s(seen))
 
-    def _gather_wait_s(self) -> float:
+    def _gather_wait_s(self, seen: Seen) -> float:
+        """Gather only after a change: a wake by the timer comes when a
+        queued run enters the lookahead, and with a short lookahead a
+        wait would be start lag."""
         soonest = [t for p in self.placers() if (t := p.take_soonest_new()) is not None]
+        if all(signal.version == version for signal, version in seen):
+            return 0.0
         return gather_wait_s(min(soonest, default=None), self.clock.now_ms())
 
     def worker_views(self) -> dict[str, WorkerView]:

@@ -12,24 +12,19 @@ and reports etcd's user+system CPU per mutation with 0, 1 and 3
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
-from etcdsched.embedded import EtcdMember, EtcdTuning, etcd_binary, reserve_ports
+from etcdsched.bench.env import cpu_seconds
+from etcdsched.embedded import EtcdTuning, etcd_binary
+from etcdsched.etcd_cluster import EtcdCluster
 from etcdsched.etcd_store import EtcdOptions, EtcdStore
 from etcdsched.store import Cmp, Ops
 
-TICKS = os.sysconf("SC_CLK_TCK")
 KEYS = 10_000
 PER_TXN = 128
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 async def measure(store: EtcdStore, pid: int, label: str, seconds: float, compares: bool) -> None:
@@ -45,34 +40,32 @@ async def measure(store: EtcdStore, pid: int, label: str, seconds: float, compar
 
 
 async def main() -> None:
-    client_port, peer_port = reserve_ports(2)
-    data = Path(tempfile.mkdtemp()) / "probe"
-    member = EtcdMember(
-        "probe", data, client_port, peer_port, tuning=EtcdTuning(unsafe_no_fsync=True)
-    )
-    member.start()
-    member.wait_ready()
-    assert member.pid is not None
-    store = await EtcdStore.connect(EtcdOptions(endpoints=(member.endpoint,)))
+    with (
+        tempfile.TemporaryDirectory() as work,
+        EtcdCluster(Path(work), 1, tuning=EtcdTuning(unsafe_no_fsync=True)) as etcd,
+    ):
+        member = etcd.member(0)
+        assert member.pid is not None
+        store = await EtcdStore.connect(EtcdOptions(endpoints=tuple(etcd.endpoints)))
+        try:
+            await measure(store, member.pid, "warm-up", 3, False)
+            for watchers in (0, 1, 3):
+                await _with_watchers(store, member.pid, member.endpoint, watchers)
+        finally:
+            await store.close()
+
+
+async def _with_watchers(store: EtcdStore, pid: int, endpoint: str, watchers: int) -> None:
+    command = [str(etcd_binary("etcdctl")), "--endpoints", endpoint, "watch", "--prefix", "/probe/"]
+    procs = [subprocess.Popen(command, stdout=subprocess.DEVNULL) for _ in range(watchers)]
     try:
-        await measure(store, member.pid, "warm-up", 3, False)
-        for watchers in (0, 1, 3):
-            command = [str(etcd_binary("etcdctl")), "--endpoints", member.endpoint]
-            procs = [
-                subprocess.Popen(
-                    [*command, "watch", "--prefix", "/probe/"], stdout=subprocess.DEVNULL
-                )
-                for _ in range(watchers)
-            ]
-            await asyncio.sleep(1)
-            await measure(store, member.pid, f"128-put txns, {watchers} prefix watchers", 8, False)
-            await measure(store, member.pid, "  + one exists-compare per put", 8, True)
-            for proc in procs:
-                proc.kill()
-                proc.wait()
+        await asyncio.sleep(1)
+        await measure(store, pid, f"128-put txns, {watchers} prefix watchers", 8, False)
+        await measure(store, pid, "  + one exists-compare per put", 8, True)
     finally:
-        await store.close()
-        member.stop()
+        for proc in procs:
+            proc.kill()
+            proc.wait()
 
 
 if __name__ == "__main__":

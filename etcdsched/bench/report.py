@@ -56,8 +56,8 @@ def setup_lines(meta: dict[str, Any]) -> list[str]:
 
 def version_line(ver: dict[str, str]) -> str:
     """etcdsched's version, and the commit when the run recorded one."""
-    commit = ver.get("commit")
-    return f"{ver.get('etcdsched', '?')} (commit {commit})" if commit else ver.get("etcdsched", "?")
+    version, commit = ver.get("etcdsched", "?"), ver.get("commit")
+    return f"{version} (commit {commit})" if commit else version
 
 
 def machine_line(meta: dict[str, Any]) -> str:
