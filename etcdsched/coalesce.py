@@ -72,6 +72,7 @@ class CoalescingStore:
         self._sending: set[asyncio.Task[None]] = set()
         self._busy: set[str] = set()
         """Keys of the transactions in flight."""
+        self._kick_soon: asyncio.Handle | None = None
         self._closed = False
 
     # -- reads ---------------------------------------------------------------
@@ -107,11 +108,17 @@ class CoalescingStore:
             o.range_end is not None for o in success
         )
         self._txns.append(_Txn(compares, success, failure, future, keys, ranged))
-        self._kick()
+        if self._kick_soon is None:
+            self._kick_soon = asyncio.get_running_loop().call_soon(self._kick)
         return await future
 
     def _kick(self) -> None:
-        """Send batches while fewer than ``IN_FLIGHT`` are out."""
+        """Send batches while fewer than ``IN_FLIGHT`` are out. Called at
+        the end of the event-loop turn in which a transaction was asked for
+        (``call_soon``), not at once: everything asked in one turn (e.g. the
+        reports of runs released together, see ``etcdsched.gather``) then
+        travels together instead of the first two going alone."""
+        self._kick_soon = None
         while self._txns and len(self._sending) < IN_FLIGHT and not self._closed:
             batch = self._take()
             if not batch:
@@ -241,6 +248,8 @@ class CoalescingStore:
 
     async def close(self) -> None:
         self._closed = True
+        if self._kick_soon is not None:
+            self._kick_soon.cancel()
         for task in (self._reader, *self._sending):
             if task is not None:
                 task.cancel()

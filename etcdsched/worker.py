@@ -37,6 +37,7 @@ from etcdsched.coalesce import CoalescingStore
 from etcdsched.config import Config
 from etcdsched.errors import EtcdschedError
 from etcdsched.executor import Executor
+from etcdsched.gather import GatherWindow
 from etcdsched.keys import Keys
 from etcdsched.logstore import LogStore
 from etcdsched.metrics import START_LAG
@@ -44,10 +45,11 @@ from etcdsched.models import (
     Assignment,
     WorkerMember,
 )
+from etcdsched.placement import fits, plus, total_of
 from etcdsched.process_group import Process
 from etcdsched.runs import RunOps
 from etcdsched.session import RenewerFactory, Session
-from etcdsched.spec import Capacity
+from etcdsched.spec import Capacity, Resources
 from etcdsched.starter import LoopStarter, Starter
 from etcdsched.store import Event, Ops, Store
 from etcdsched.watchdog import Watchdog
@@ -60,6 +62,9 @@ kills the jobs: a wedged loop cannot enforce timeouts or obey revokes, and
 a hung verdict (``HUNG_SLACK_MS`` after timeout + grace) must find the
 process already dead."""
 FEED_EVERY = 0.25
+REPORT_GATHER_S = 0.05
+"""How long a finished attempt's report may wait for others to share its
+transaction (ADR 0012); its end time is taken before the wait."""
 
 
 @dataclass
@@ -105,6 +110,14 @@ class WorkerService:
         self.watchdog = watchdog or Watchdog()
         self.starter: Starter = starter or LoopStarter(clock)
         """Opens prepared jobs' gates at their instant (ADR 0008)."""
+        self.capacity = Capacity(
+            slots=config.worker_slots,
+            cpu=config.worker_cpu,
+            memory_mb=config.worker_memory_mb,
+            gpu=config.worker_gpu,
+        )
+        self.report_window = GatherWindow(clock, REPORT_GATHER_S)
+        """Reports that may wait are sent together (ADR 0012)."""
         self.gated = 0
         """Jobs prepared ahead of their instant whose gate is not open yet."""
         self.base_id = config.member_id
@@ -169,12 +182,7 @@ class WorkerService:
         cfg = self.config
         member = WorkerMember(
             id=self.member_id,
-            capacity=Capacity(
-                slots=cfg.worker_slots,
-                cpu=cfg.worker_cpu,
-                memory_mb=cfg.worker_memory_mb,
-                gpu=cfg.worker_gpu,
-            ),
+            capacity=self.capacity,
             labels=cfg.worker_labels,
             host=socket.gethostname(),
             pid=os.getpid(),
@@ -255,6 +263,13 @@ class WorkerService:
             if self.running.get(assignment.run_id) is item:
                 del self.running[assignment.run_id]
             self.finished += 1
+
+    def report_may_wait(self, need: Resources) -> bool:
+        """Whether a finished attempt's report may wait for the report
+        window: only while this worker has room for another run like it
+        anyway, so a run queued for its capacity never waits on it."""
+        used = total_of(item.assignment.resources for item in self.running.values())
+        return fits(need, plus(self.capacity, used, sign=-1), self.capacity)
 
     def observe_start(self, lag_ms: int) -> None:
         START_LAG.observe(max(0, lag_ms) / 1000)

@@ -318,7 +318,12 @@ class AttemptRunner:
         """Write the outcome while our claim stands; retry if only the run
         changed (e.g. a cancel flag) or etcd is unavailable (as long as our
         session holds: when it is lost, so is the claim), give up if the
-        claim is gone."""
+        claim is gone. A report the worker can afford to hold back waits
+        for the report window first, to share a transaction (ADR 0012);
+        the attempt's end time is taken before that wait."""
+        ended_ms = self.w.clock.now_ms()
+        if self.w.report_may_wait(self.assignment.resources):
+            await self.w.report_window.wait()
         conflicts = 0
         while True:
             if conflicts:
@@ -328,7 +333,7 @@ class AttemptRunner:
             if run.state is not RunState.RUNNING or run.attempt != self.assignment.attempt:
                 return
             try:
-                result = await self._write_report(current, outcome, exit_code, reason)
+                result = await self._write_report(current, ended_ms, outcome, exit_code, reason)
             except StoreUnavailable:
                 await self.w.clock.sleep(0.2)
                 continue  # re-read: either it applied (run no longer running) or we retry
@@ -352,15 +357,19 @@ class AttemptRunner:
         return dataclasses.replace(current, value=start_attempt(run, started_ms, pid=pid))
 
     async def _write_report(
-        self, current: Versioned[RunRecord], outcome: str, exit_code: int | None, reason: str
+        self,
+        current: Versioned[RunRecord],
+        ended_ms: int,
+        outcome: str,
+        exit_code: int | None,
+        reason: str,
     ) -> TxnResult:
         """Compares: our claim, byte for byte; the run unchanged. Deleting
         the assignment in the same transaction frees the worker's capacity."""
         run = current.value
         next_slot = await self.w.runs.next_slot(self.w.store, run)
-        now = self.w.clock.now_ms()
         ended = finish_attempt(
-            run, outcome, now, exit_code=exit_code, reason=reason, next_slot_ms=next_slot
+            run, outcome, ended_ms, exit_code=exit_code, reason=reason, next_slot_ms=next_slot
         )
         ops = [
             Ops.delete(self.claim_key),

@@ -76,3 +76,18 @@ async def test_success_reads_are_split_per_transaction(
     )
     assert first.responses[1][0].value == b"1" and second.responses[1][0].value == b"2"
     assert len(first.responses) == len(second.responses) == 2
+
+
+async def test_transactions_asked_in_one_turn_travel_as_one(
+    coalescing: CoalescingStore, key_prefix: str
+) -> None:
+    """What is asked in one event-loop turn (e.g. the reports a gathering
+    window releases together) is one transaction, not the first two alone
+    and the rest behind them."""
+    keys = [f"{key_prefix}turn/{i}" for i in range(10)]
+    txns_before = coalescing.stats.txns
+    results = await asyncio.gather(
+        *(coalescing.txn([Cmp.absent(k)], [Ops.put(k, b"v")]) for k in keys)
+    )
+    assert all(r.succeeded for r in results)
+    assert coalescing.stats.txns - txns_before == 1
