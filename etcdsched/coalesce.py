@@ -109,16 +109,19 @@ class CoalescingStore:
         )
         self._txns.append(_Txn(compares, success, failure, future, keys, ranged))
         if self._kick_soon is None:
-            self._kick_soon = asyncio.get_running_loop().call_soon(self._kick)
+            self._kick_soon = asyncio.get_running_loop().call_soon(self._kick_at_turn_end)
         return await future
 
-    def _kick(self) -> None:
-        """Send batches while fewer than ``IN_FLIGHT`` are out. Called at
-        the end of the event-loop turn in which a transaction was asked for
-        (``call_soon``), not at once: everything asked in one turn (e.g. the
-        reports of runs released together, see ``etcdsched.gather``) then
-        travels together instead of the first two going alone."""
+    def _kick_at_turn_end(self) -> None:
+        """Everything asked in the turn that scheduled this (e.g. the
+        reports a gathering window released together, ``etcdsched.gather``)
+        is queued by now: send it together rather than the first two alone."""
         self._kick_soon = None
+        self._kick()
+
+    def _kick(self) -> None:
+        """Send batches while fewer than ``IN_FLIGHT`` are out: at the end
+        of a turn that asked for one, and when a batch in flight returns."""
         while self._txns and len(self._sending) < IN_FLIGHT and not self._closed:
             batch = self._take()
             if not batch:

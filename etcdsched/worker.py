@@ -45,7 +45,7 @@ from etcdsched.models import (
     Assignment,
     WorkerMember,
 )
-from etcdsched.placement import fits, plus, total_of
+from etcdsched.placement import NOTHING, fits, plus
 from etcdsched.process_group import Process
 from etcdsched.runs import RunOps
 from etcdsched.session import RenewerFactory, Session
@@ -86,6 +86,33 @@ class Running:
     """The gate opened: the job itself runs (drain hands back the others)."""
 
 
+class RunningAttempts(dict[str, Running]):
+    """The assignments a worker is handling, by run id, with the total of
+    their resources (``used``) kept as they come and go: every report asks
+    for it (``report_may_wait``), and summing thousands of attempts per
+    report was quadratic in a burst. Only ``[]=``, ``del`` and ``clear``
+    change it, which is all the worker uses."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.used: Resources = NOTHING
+
+    def __setitem__(self, run_id: str, item: Running) -> None:
+        replaced = self.get(run_id)
+        if replaced is not None:
+            self.used = plus(self.used, replaced.assignment.resources, sign=-1)
+        super().__setitem__(run_id, item)
+        self.used = plus(self.used, item.assignment.resources)
+
+    def __delitem__(self, run_id: str) -> None:
+        self.used = plus(self.used, self[run_id].assignment.resources, sign=-1)
+        super().__delitem__(run_id)
+
+    def clear(self) -> None:
+        super().clear()
+        self.used = NOTHING
+
+
 class WorkerService:
     def __init__(
         self,
@@ -123,7 +150,7 @@ class WorkerService:
         self.base_id = config.member_id
         self.member_id = config.member_id
         self.incarnation = 0
-        self.running: dict[str, Running] = {}
+        self.running = RunningAttempts()
         self.session: Session | None = None
         self.runs = RunOps(keys)
         self.draining = False
@@ -268,8 +295,7 @@ class WorkerService:
         """Whether a finished attempt's report may wait for the report
         window: only while this worker has room for another run like it
         anyway, so a run queued for its capacity never waits on it."""
-        used = total_of(item.assignment.resources for item in self.running.values())
-        return fits(need, plus(self.capacity, used, sign=-1), self.capacity)
+        return fits(need, plus(self.capacity, self.running.used, sign=-1), self.capacity)
 
     def observe_start(self, lag_ms: int) -> None:
         START_LAG.observe(max(0, lag_ms) / 1000)

@@ -84,3 +84,16 @@ def test_a_report_waits_only_while_the_worker_has_room_for_another_run_like_it()
     half = Resources(slots=1, cpu=1.5)
     _hold(busy, "r1", half)
     assert not busy.report_may_wait(half)  # slots to spare, but not cpu
+
+
+def test_the_running_total_follows_attempts_as_they_come_replace_and_go() -> None:
+    one, two = Resources(slots=1), Resources(slots=2)
+    worker = _worker(slots=2)
+    _hold(worker, "r1", one)
+    _hold(worker, "r1", two)  # a new attempt of the same run replaces the old one
+    assert worker.running.used.slots == 2 and not worker.report_may_wait(one)
+    del worker.running["r1"]
+    assert worker.running.used.slots == 0 and worker.report_may_wait(two)
+    _hold(worker, "r2", one)
+    worker.running.clear()
+    assert worker.running.used.slots == 0
