@@ -92,12 +92,13 @@ class PlacementLoop:
             except Exception:  # one bad pass must not end placement for good
                 log.exception("placement pass failed")
             await wait_any_change(seen, wait_s)
-            await asyncio.sleep(self._gather_wait_s(seen))
+            await self.clock.sleep(self._gather_wait_s(seen))
 
     def _gather_wait_s(self, seen: Seen) -> float:
         """Gather only after a change: a wake by the timer comes when a
         queued run enters the lookahead, and with a short lookahead a
-        wait would be start lag."""
+        wait would be start lag. Every placer is asked on every wake, so
+        that what it reports is always what was queued since the last pass."""
         soonest = [t for p in self.placers() if (t := p.take_soonest_new()) is not None]
         if all(signal.version == version for signal, version in seen):
             return 0.0
