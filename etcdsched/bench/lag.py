@@ -129,16 +129,7 @@ async def run_idle(ctx: BenchContext) -> ScenarioResult:
     result = ScenarioResult(
         name="idle-lag",
         title="Start lag, idle cluster",
-        params={
-            "jobs": opts.idle_jobs,
-            "every_s": opts.idle_every,
-            "duration_s": opts.idle_duration,
-            "executor": opts.idle_executor,
-            "lookahead_ms": opts.lookahead_ms,
-            "rounds": opts.idle_rounds,
-            "busy_every_s": opts.busy_every,
-            "busy_duration_s": opts.busy_duration,
-        },
+        params=_idle_params(ctx),
         tables=[
             Table("start lag", ["round", "starts/s", *LAG_COLUMNS], lag_rows),
             Table("where the lag comes from", ["round", "starts/s", *AHEAD_COLUMNS], ahead_rows),
@@ -154,16 +145,35 @@ async def run_idle(ctx: BenchContext) -> ScenarioResult:
         ],
         series={"lag_curve": quantile_curve(lags(idle[median][0]))},
     )
-    result.notes.append(
+    result.notes.append(_idle_note(ctx, median))
+    return result
+
+
+def _idle_params(ctx: BenchContext) -> dict[str, object]:
+    opts = ctx.options
+    return {
+        "jobs": opts.idle_jobs,
+        "every_s": opts.idle_every,
+        "duration_s": opts.idle_duration,
+        "executor": opts.idle_executor,
+        "lookahead_ms": opts.lookahead_ms,
+        "rounds": opts.idle_rounds,
+        "busy_every_s": opts.busy_every,
+        "busy_duration_s": opts.busy_duration,
+    }
+
+
+def _idle_note(ctx: BenchContext, median: int) -> str:
+    opts = ctx.options
+    if opts.busy_every <= 0:
+        return "Each round is a fresh fleet on a fresh key prefix, one after the other."
+    return (
         f"Each round is a fresh fleet on a fresh key prefix, one after the other; the target"
         f" is judged on the idle round with the median p99 (round {median + 1}), the plot"
         f" shows that round. 'busy' is the same {opts.idle_jobs:,} jobs every"
         f" {opts.busy_every:g} s: on this machine that keeps the two cores nearly saturated"
         f" (etcd, scheduler, worker and the job processes), so it is shown, not judged."
-        if opts.busy_every > 0
-        else "Each round is a fresh fleet on a fresh key prefix, one after the other."
     )
-    return result
 
 
 def burst_ahead_s(size: int, lead_s: float) -> float:
