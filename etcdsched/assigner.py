@@ -8,10 +8,15 @@ to that worker's :class:`WorkerBatcher`. The batcher writes up to
   ``create_revision`` is our token);
 * per run, *it is unchanged since the placer read it* (``mod_revision``);
 * *no assignment of the worker was written since the revision we computed
-  free capacity at* (every key under ``assign/<worker>/`` has
-  ``mod_revision`` below it: another scheduler's assignment fails it, a
-  finished run's deleted assignment only frees capacity and does not);
-* *the worker is alive* (its member key exists).
+  free capacity at*: the worker's assignment epoch key has ``mod_revision``
+  below it. Every placement touches the epoch in the same transaction, so
+  another scheduler's assignment fails the compare; a finished run's
+  deleted assignment only frees capacity and does not (ADR 0013: a range
+  compare over ``assign/<worker>/`` cost etcd a walk over every tombstone
+  of the worker's past assignments);
+* *the worker is alive*: the epoch exists. It is bound to the worker's
+  session lease and written with its member key, so it is gone exactly
+  when the member key is.
 
 So two schedulers can never overfill one worker and a run is never placed
 twice; a burst of runs for one worker costs one round trip per batch, and a
@@ -47,13 +52,14 @@ from etcdsched.store import (
     Store,
     TxnResult,
     Versioned,
-    prefix_end,
 )
 
 log = logging.getLogger(__name__)
 BATCH = 30
-"""Runs per transaction: 4 ops each stays under etcd's default
-``--max-txn-ops`` of 128."""
+"""Runs per transaction at most."""
+MAX_OPS = 125
+"""Success-branch ops per transaction (the epoch touch, then 4 or 5 per
+run): under etcd's default ``--max-txn-ops`` of 128."""
 TRIES = 5
 
 ASSIGNED = "assigned"
@@ -147,13 +153,15 @@ class WorkerBatcher:
         batch: list[AssignRequest] = []
         seen: set[str] = set()
         rest: list[AssignRequest] = []
+        ops = 1  # the epoch touch
         for request in self.pending:
             if request.done.done():
                 continue
-            key = request.current.key
-            if len(batch) < BATCH and key not in seen:
+            key, cost = request.current.key, _op_count(request)
+            if len(batch) < BATCH and ops + cost <= MAX_OPS and key not in seen:
                 batch.append(request)
                 seen.add(key)
+                ops += cost
             else:
                 rest.append(request)
         self.pending = rest
@@ -232,17 +240,19 @@ class WorkerBatcher:
         wid = self.worker
         assigned = self.keys.assign_prefix(wid)
         member_key = self.keys.member("workers", wid)
+        epoch = self.keys.assign_epoch(wid)
         guards = {r.partition: r.guard for r in batch}  # dict: partition order kept
         compares = [
             *guards.values(),
             *(Cmp.mod(r.current.key, r.current.mod_revision) for r in batch),
-            Compare(assigned, "mod", "<", self.view.revision + 1, prefix_end(assigned)),
-            Cmp.exists(member_key),
+            Cmp.exists(epoch),
+            Compare(epoch, "mod", "<", self.view.revision + 1),
         ]
-        ops = [op for r in batch for op in self._assign_ops(r)]
+        ops = [Ops.touch(epoch), *(op for r in batch for op in self._assign_ops(r))]
         reads = [
             Ops.get_prefix(assigned),
             Ops.get(member_key),
+            Ops.get(epoch),
             *(Ops.get(g.key) for g in guards.values()),
             *(Ops.get(r.current.key) for r in batch),
         ]
@@ -271,12 +281,12 @@ class WorkerBatcher:
     def _after_failure(self, batch: list[AssignRequest], result: TxnResult) -> list[AssignRequest]:
         """Learn what is on the worker, resolve the requests that cannot
         succeed, keep the rest."""
-        assign_kvs, member_kvs, *rest = result.responses
+        assign_kvs, member_kvs, epoch_kvs, *rest = result.responses
         partitions = list(dict.fromkeys(r.partition for r in batch))
         owners = dict(zip(partitions, rest, strict=False))
         runs = rest[len(partitions) :]
         self.view = _with_assignments(self.view, assign_kvs, result.revision)
-        if not member_kvs:
+        if not member_kvs or not epoch_kvs:  # no epoch: a worker from before ADR 0013
             self._resolve_all(batch, GONE)
             return []
         kept = []
@@ -294,6 +304,11 @@ class WorkerBatcher:
     def _resolve_all(batch: list[AssignRequest], outcome: str) -> None:
         for request in batch:
             request.resolve(outcome)
+
+
+def _op_count(request: AssignRequest) -> int:
+    """Ops :meth:`WorkerBatcher._assign_ops` writes for ``request``."""
+    return 5 if request.current.value.queue_key else 4
 
 
 def _with_assignments(view: WorkerView, kvs: list[KV], revision: int) -> WorkerView:

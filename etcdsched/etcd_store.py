@@ -138,7 +138,8 @@ def _op(op: Op) -> Any:
     end = op.range_end.encode() if op.range_end is not None else b""
     key = op.key.encode()
     if op.kind == "put":
-        return RequestOp(request_put=PutRequest(key=key, value=op.value, lease=op.lease))
+        put = PutRequest(key=key, value=op.value, lease=op.lease, ignore_lease=op.ignore_lease)
+        return RequestOp(request_put=put)
     if op.kind == "delete":
         return RequestOp(request_delete_range=DeleteRangeRequest(key=key, range_end=end))
     return RequestOp(request_range=RangeRequest(key=key, range_end=end))

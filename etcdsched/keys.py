@@ -219,6 +219,14 @@ class Keys:
     def assign(self, worker_id: str, rid: str) -> str:
         return f"{self.assign_prefix(worker_id)}{rid}"
 
+    def assign_epoch(self, worker_id: str) -> str:
+        """Touched by every placement on ``worker_id``; leased like its member key.
+
+        Placement compares its mod revision instead of ranging over the
+        worker's assignments (ADR 0013).
+        """
+        return f"{self.prefix}assign-epoch/{worker_id}"
+
     def parse_assign(self, key: str) -> tuple[str, str]:
         worker_id, rid = self._split(self._strip(key, self.assign_prefix()), 2)
         parse_run_id(rid)

@@ -77,6 +77,8 @@ class Op:
     value: bytes = b""
     lease: int = 0
     range_end: str | None = None
+    ignore_lease: bool = False
+    """A put that keeps the key's current lease (etcd's ``ignore_lease``)."""
 
 
 def prefix_end(prefix: str) -> str:
@@ -119,6 +121,15 @@ class Ops:
     def put(key: str, value: BaseModel | bytes, lease: int = 0) -> Op:
         data = value if isinstance(value, bytes) else encode(value)
         return Op("put", key, data, lease)
+
+    @staticmethod
+    def touch(key: str) -> Op:
+        """Raise ``key``'s mod revision, keeping its lease; the key must exist.
+
+        An empty value with etcd's ``ignore_lease``: the txn fails if the key
+        is absent, so pair it with a compare that it exists.
+        """
+        return Op("put", key, b"", ignore_lease=True)
 
     @staticmethod
     def delete(key: str) -> Op:

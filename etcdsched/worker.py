@@ -216,9 +216,13 @@ class WorkerService:
             started_ms=self.clock.now_ms(),
             draining=self.draining,
         )
+        lease = session.lease_id
         await self.store.txn(
             [],
-            [Ops.put(self.keys.member("workers", self.member_id), member, lease=session.lease_id)],
+            [
+                Ops.put(self.keys.member("workers", self.member_id), member, lease=lease),
+                Ops.put(self.keys.assign_epoch(self.member_id), b"", lease=lease),
+            ],
         )
 
     async def _feed_watchdog(self, session: Session) -> None:

@@ -12,7 +12,7 @@ import pytest_asyncio
 
 from etcdsched.coalesce import CoalescingStore
 from etcdsched.etcd_store import EtcdOptions, EtcdStore
-from etcdsched.store import Cmp, Ops, Store
+from etcdsched.store import Cmp, Compare, Ops, Store
 from tests.support.eventually import assert_eventually
 
 
@@ -105,6 +105,23 @@ async def test_leased_key_disappears_after_keepalive_stops(store: Store, key_pre
 
     await assert_eventually(gone, timeout=ttl + 2)
     assert time.monotonic() - stopped <= ttl + 1.5
+
+
+async def test_touch_raises_mod_revision_and_keeps_the_lease(store: Store, key_prefix: str) -> None:
+    """The assignment epoch (ADR 0013): a touch is a write every later
+    ``mod <`` compare sees, on a key that still dies with its lease."""
+    key = f"{key_prefix}epoch"
+    lease_id, _ = await store.grant(30)
+    created = await store.txn([], [Ops.put(key, b"", lease=lease_id)])
+    below = Compare(key, "mod", "<", created.revision + 1)
+    touched = await store.txn([Cmp.exists(key), below], [Ops.touch(key)])
+    assert touched.succeeded
+    assert not (await store.txn([below], [])).succeeded
+    kv = await store.get(key)
+    assert kv is not None and kv.mod_revision == touched.revision and kv.lease == lease_id
+    await store.revoke(lease_id)
+    assert await store.get(key) is None
+    assert not (await store.txn([Cmp.exists(key)], [Ops.touch(key)])).succeeded
 
 
 async def test_watch_delivers_every_event_in_order(store: Store, key_prefix: str) -> None:
