@@ -23,7 +23,7 @@ from typing import Any
 
 from etcdsched.bench import SCENARIOS, failover, lag, memory, raw, scan, throughput
 from etcdsched.bench.context import BenchContext
-from etcdsched.bench.env import machine_info, versions
+from etcdsched.bench.env import cpu_seconds, machine_info, versions
 from etcdsched.bench.options import BenchOptions
 from etcdsched.bench.progress import note
 from etcdsched.bench.report import render
@@ -123,6 +123,7 @@ async def _run_selected(
     selected = [s for s in SCENARIOS if s in ctx.options.scenarios]
     for name in selected:
         note(f"=== scenario {name}")
+        settled_after = await _etcd_settled(ctx.etcd_pid)
         started = time.monotonic()
         try:
             result = await RUNNERS[name](ctx)
@@ -131,7 +132,33 @@ async def _run_selected(
             detail = "".join(traceback.format_exception(exc)[-6:])
             result = ScenarioResult(name=name, title=name, error=f"{exc!r}\n{detail}")
         result.seconds = time.monotonic() - started
+        if settled_after > 2 * SETTLE_WINDOW_S:
+            result.notes.append(
+                f"Started after waiting {settled_after:.0f} s for etcd to settle"
+                " from the scenario before (its CPU under"
+                f" {SETTLE_BUSY:.0%} of a core for {SETTLE_WINDOW_S:.0f} s)."
+            )
         ctx.results[name] = result
         results.append(result)
         meta["finished"] = datetime.now(UTC).isoformat(timespec="seconds")
         write_results(path, meta, results)
+
+
+SETTLE_BUSY = 0.1
+SETTLE_WINDOW_S = 1.0
+SETTLE_MAX_S = 300.0
+
+
+async def _etcd_settled(etcd_pid: int) -> float:
+    """Wait until etcd is idle: the scenario before may leave it compacting
+    (after the 100,000-slot burst a scan pass measured ten times the CPU it
+    costs on an idle etcd). Returns the seconds waited, at most ``SETTLE_MAX_S``."""
+    began = time.monotonic()
+    while time.monotonic() - began < SETTLE_MAX_S:
+        before = cpu_seconds(etcd_pid)
+        await asyncio.sleep(SETTLE_WINDOW_S)
+        if cpu_seconds(etcd_pid) - before < SETTLE_BUSY * SETTLE_WINDOW_S:
+            break
+    else:
+        note(f"etcd still busy after {SETTLE_MAX_S:.0f} s; starting anyway")
+    return time.monotonic() - began
