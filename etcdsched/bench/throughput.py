@@ -36,6 +36,7 @@ from etcdsched.bench.measure import (
     summary,
     window_rate,
 )
+from etcdsched.bench.options import offered_rate
 from etcdsched.bench.progress import note
 from etcdsched.bench.results import ScenarioResult, Table, Target
 from etcdsched.cronwall import ms_to_utc
@@ -109,9 +110,10 @@ async def _variant(ctx: BenchContext, executor: str) -> LoadRun:
         await ctx.wait_ready(keys, fleet, partitions, opts.workers)
         t0 = int(time.time() * 1000) + START_DELAY_MS
         end = t0 + int(opts.duration * 1000) - 1
-        rows = interval_rows(keys, partitions, opts.rate, 1000, t0, end, "tick")
+        rate = offered_rate(opts, executor)
+        rows = interval_rows(keys, partitions, rate, 1000, t0, end, "tick")
         await write_jobs(ctx.store, keys, rows, len(rows), f"throughput[{executor}]: jobs")
-        expected = expected_slots(opts.rate, 1000, t0, end)
+        expected = expected_slots(rate, 1000, t0, end)
         groups = fleet_groups(ctx.etcd_pid, fleet)
         counted = await read_counters(ctx.endpoints[0])
         before, from_ms = sample(groups), int(time.time() * 1000)
@@ -140,11 +142,12 @@ def _analyse(executor: str, load: LoadRun, ctx: BenchContext) -> tuple[list[Any]
     raw = ctx.results.get("raw")
     put64 = raw.metrics.get("put64_per_s") if raw and not raw.error else None
     ratio = rates["finished"] / put64 if put64 else None
-    saturated = rates["finished"] < 0.95 * opts.rate
+    rate = offered_rate(opts, executor)
+    saturated = rates["finished"] < 0.95 * rate
     row = [
-        EXECUTOR_LABEL[executor], opts.rate, *(rates[s] for s in STAGES),
+        EXECUTOR_LABEL[executor], rate, *(rates[s] for s in STAGES),
         ratio, lag.get("p50"), lag.get("p99"), f"{len(times):,}/{expected:,}",
-        "yes" if saturated else "no (raise --rate)",
+        "yes" if saturated else "no (raise --rate / --process-rate)",
     ]  # fmt: skip
     data = {
         "per_second": series,
@@ -176,7 +179,7 @@ async def run(ctx: BenchContext) -> ScenarioResult:
         name="throughput",
         title="Sustained throughput",
         params={
-            "offered_per_s": opts.rate,
+            "offered_per_s": ", ".join(f"{offered_rate(opts, e):,} ({e})" for e in opts.executors),
             "duration_s": opts.duration,
             "schedulers": opts.schedulers,
             "workers": opts.workers,
@@ -187,7 +190,8 @@ async def run(ctx: BenchContext) -> ScenarioResult:
     )
     rows = []
     for executor in opts.executors:
-        note(f"throughput: {EXECUTOR_LABEL[executor]}, {opts.rate}/s for {opts.duration:g}s")
+        rate = offered_rate(opts, executor)
+        note(f"throughput: {EXECUTOR_LABEL[executor]}, {rate}/s for {opts.duration:g}s")
         row, data = _analyse(executor, await _variant(ctx, executor), ctx)
         rows.append(row)
         result.series[executor] = data
