@@ -1,8 +1,8 @@
 """Group commit of assignments: one committer per worker, per scheduler.
 
 Every partition placer of a scheduler hands the runs it chose for a worker
-to that worker's :class:`WorkerBatcher`. The batcher writes up to
-``BATCH`` of them in one transaction whose compares are:
+to that worker's :class:`WorkerBatcher`. The batcher writes as many of
+them as fit ``MAX_TXN_OPS`` in one transaction whose compares are:
 
 * per partition in the batch, *we still own it* (owner key
   ``create_revision`` is our token);
@@ -16,7 +16,8 @@ to that worker's :class:`WorkerBatcher`. The batcher writes up to
   of the worker's past assignments);
 * *the worker is alive*: the epoch exists. It is bound to the worker's
   session lease and written with its member key, so it is gone exactly
-  when the member key is.
+  when the member key is (and a worker from before ADR 0013, which has no
+  epoch, counts as gone).
 
 So two schedulers can never overfill one worker and a run is never placed
 twice; a burst of runs for one worker costs one round trip per batch, and a
@@ -44,6 +45,7 @@ from etcdsched.spec import Resources
 from etcdsched.statemachine import RunState, transition
 from etcdsched.store import (
     KV,
+    MAX_TXN_OPS,
     Cmp,
     Compare,
     Event,
@@ -55,11 +57,6 @@ from etcdsched.store import (
 )
 
 log = logging.getLogger(__name__)
-BATCH = 30
-"""Runs per transaction at most."""
-MAX_OPS = 125
-"""Success-branch ops per transaction (the epoch touch, then 4 or 5 per
-run): under etcd's default ``--max-txn-ops`` of 128."""
 TRIES = 5
 
 ASSIGNED = "assigned"
@@ -69,7 +66,8 @@ FULL = "full"
 CONFLICT = "conflict"
 """The run or the partition's ownership changed; the placer re-reads."""
 GONE = "gone"
-"""The worker's member key is gone (it left or its lease expired)."""
+"""The worker's assignment epoch is gone, so its member key is too (it
+left or its lease expired)."""
 UNKNOWN = "unknown"
 """The transaction's outcome is unknown; the placer re-reads the run."""
 
@@ -149,7 +147,9 @@ class WorkerBatcher:
                     raise
 
     def _take(self) -> list[AssignRequest]:
-        """Up to ``BATCH`` requests still awaited, one per run."""
+        """Requests still awaited, one per run, as many as the epoch touch
+        and their ops fit in ``MAX_TXN_OPS`` (29 runs, fewer when some
+        leave the queue)."""
         batch: list[AssignRequest] = []
         seen: set[str] = set()
         rest: list[AssignRequest] = []
@@ -157,8 +157,8 @@ class WorkerBatcher:
         for request in self.pending:
             if request.done.done():
                 continue
-            key, cost = request.current.key, _op_count(request)
-            if len(batch) < BATCH and ops + cost <= MAX_OPS and key not in seen:
+            key, cost = request.current.key, ASSIGN_OPS + len(_queue_release(request))
+            if ops + cost <= MAX_TXN_OPS and key not in seen:
                 batch.append(request)
                 seen.add(key)
                 ops += cost
@@ -239,19 +239,17 @@ class WorkerBatcher:
     async def _write(self, batch: list[AssignRequest]) -> TxnResult:
         wid = self.worker
         assigned = self.keys.assign_prefix(wid)
-        member_key = self.keys.member("workers", wid)
         epoch = self.keys.assign_epoch(wid)
         guards = {r.partition: r.guard for r in batch}  # dict: partition order kept
         compares = [
             *guards.values(),
             *(Cmp.mod(r.current.key, r.current.mod_revision) for r in batch),
             Cmp.exists(epoch),
-            Compare(epoch, "mod", "<", self.view.revision + 1),
+            Cmp.unwritten_since(epoch, self.view.revision),
         ]
         ops = [Ops.touch(epoch), *(op for r in batch for op in self._assign_ops(r))]
         reads = [
             Ops.get_prefix(assigned),
-            Ops.get(member_key),
             Ops.get(epoch),
             *(Ops.get(g.key) for g in guards.values()),
             *(Ops.get(r.current.key) for r in batch),
@@ -273,20 +271,20 @@ class WorkerBatcher:
         pointer = ActivePointer(run_id=run.id, worker=wid, attempt=assigned.attempt)
         return [
             Ops.put(current.key, assigned),
-            *([Ops.delete(current.value.queue_key)] if current.value.queue_key else []),
             Ops.put(self.keys.assign(wid, run.id), assignment),
             Ops.put(self.keys.active(run.partition, run.id), pointer),
+            *_queue_release(request),
         ]
 
     def _after_failure(self, batch: list[AssignRequest], result: TxnResult) -> list[AssignRequest]:
         """Learn what is on the worker, resolve the requests that cannot
         succeed, keep the rest."""
-        assign_kvs, member_kvs, epoch_kvs, *rest = result.responses
+        assign_kvs, epoch_kvs, *rest = result.responses
         partitions = list(dict.fromkeys(r.partition for r in batch))
         owners = dict(zip(partitions, rest, strict=False))
         runs = rest[len(partitions) :]
         self.view = _with_assignments(self.view, assign_kvs, result.revision)
-        if not member_kvs or not epoch_kvs:  # no epoch: a worker from before ADR 0013
+        if not epoch_kvs:
             self._resolve_all(batch, GONE)
             return []
         kept = []
@@ -306,9 +304,14 @@ class WorkerBatcher:
             request.resolve(outcome)
 
 
-def _op_count(request: AssignRequest) -> int:
-    """Ops :meth:`WorkerBatcher._assign_ops` writes for ``request``."""
-    return 5 if request.current.value.queue_key else 4
+ASSIGN_OPS = 3
+"""Puts per placed run: the run, its assignment, its active pointer."""
+
+
+def _queue_release(request: AssignRequest) -> list[Op]:
+    """The delete of the run's queue entry, if it waited in the queue."""
+    queue_key = request.current.value.queue_key
+    return [Ops.delete(queue_key)] if queue_key else []
 
 
 def _with_assignments(view: WorkerView, kvs: list[KV], revision: int) -> WorkerView:

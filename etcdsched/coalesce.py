@@ -31,6 +31,7 @@ from typing import TypeVar
 from etcdsched.errors import StoreRejected
 from etcdsched.store import (
     KV,
+    MAX_TXN_OPS,
     Compare,
     Op,
     Ops,
@@ -42,8 +43,6 @@ from etcdsched.store import (
 )
 
 T = TypeVar("T")
-MAX_OPS = 120
-"""Per branch, under etcd's default --max-txn-ops of 128."""
 IN_FLIGHT = 2
 """Combined transactions out at once: a claim due now does not wait a
 whole round trip behind a batch of reports."""
@@ -85,7 +84,7 @@ class CoalescingStore:
 
     async def _read_loop(self) -> None:
         while self._reads:
-            keys = list(self._reads)[:MAX_OPS]
+            keys = list(self._reads)[:MAX_TXN_OPS]
             waiting = {k: self._reads.pop(k) for k in keys}
             try:
                 result = await self.inner.txn([], [Ops.get(k) for k in keys])
@@ -179,7 +178,9 @@ class CoalescingStore:
             return False
         if item.ranged or (batch and batch[0].ranged):
             return not batch and not self._sending
-        return compares + len(item.compares) <= MAX_OPS and ops + len(item.success) <= MAX_OPS
+        return (
+            compares + len(item.compares) <= MAX_TXN_OPS and ops + len(item.success) <= MAX_TXN_OPS
+        )
 
     async def _alone(self, item: _Txn) -> None:
         try:

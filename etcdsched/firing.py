@@ -31,10 +31,9 @@ from etcdsched.overlap import ActiveByJob, overlap_skip, overlap_verdict
 from etcdsched.ownership import Ownership
 from etcdsched.planning import FirePlan, PlannedRun, plan_fire
 from etcdsched.runs import RunOps, RunOrigin, new_run
-from etcdsched.store import KV, Cmp, Compare, Op, Ops, Store, Versioned
+from etcdsched.store import KV, MAX_TXN_OPS, Cmp, Compare, Op, Ops, Store, Versioned
 
 log = logging.getLogger(__name__)
-MAX_TXN_OPS = 120  # etcd refuses more than --max-txn-ops (default 128) per branch
 GRANULE_PART = 4
 GRANULE_MAX_MS = 500
 """A partition fires once its earliest entry is within ``lookahead -

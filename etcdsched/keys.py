@@ -13,6 +13,8 @@ Layout (under a configurable prefix, default ``/etcdsched/``)::
     members/schedulers/<id>, members/workers/<id>   live members (leased)
     assign/<worker>/<run>                     a run placed on a worker (its
                                               resources: the worker's used capacity)
+    assign-epoch/<worker>                     touched by every placement on the
+                                              worker (leased with its member key)
     claims/<pp>/<run>                         a worker's claim on a run (leased)
     skips/<job>/<first_slot_ms:14>            explained skipped slot ranges
     tokens/<sha256>, tenants/<tenant>, idem/<tenant>/<sha256>   API state

@@ -21,6 +21,9 @@ from pydantic import BaseModel
 from etcdsched.codec import decode, encode
 
 M = TypeVar("M", bound=BaseModel)
+MAX_TXN_OPS = 120
+"""Ops (or compares) etcdsched puts in one branch of a transaction: under
+etcd's default ``--max-txn-ops`` of 128, which refuses the whole txn."""
 Target = Literal["version", "create", "mod", "value", "lease"]
 Operator = Literal["==", "!=", "<", ">"]
 
@@ -104,6 +107,11 @@ class Cmp:
     @staticmethod
     def mod(key: str, mod_revision: int) -> Compare:
         return Compare(key, "mod", "==", mod_revision)
+
+    @staticmethod
+    def unwritten_since(key: str, revision: int) -> Compare:
+        """``key`` was last written at or before ``revision``."""
+        return Compare(key, "mod", "<", revision + 1)
 
     @staticmethod
     def value(key: str, value: bytes) -> Compare:

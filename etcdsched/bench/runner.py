@@ -150,9 +150,11 @@ SETTLE_MAX_S = 300.0
 
 
 async def _etcd_settled(etcd_pid: int) -> float:
-    """Wait until etcd is idle: the scenario before may leave it compacting
-    (after the 100,000-slot burst a scan pass measured ten times the CPU it
-    costs on an idle etcd). Returns the seconds waited, at most ``SETTLE_MAX_S``."""
+    """Wait until etcd is idle, so work the scenario before left it (a
+    compaction, a large delete) is not charged to the next one. Returns the
+    seconds waited, at most ``SETTLE_MAX_S``. It does not undo what that
+    scenario left *stored*: etcd's CPU per scan pass still grows with the
+    uncompacted history before it (docs/benchmarks.md)."""
     began = time.monotonic()
     while time.monotonic() - began < SETTLE_MAX_S:
         before = cpu_seconds(etcd_pid)

@@ -73,9 +73,10 @@ def expected_slots(count: int, every_ms: int, t0_ms: int, end_ms: int) -> int:
 
 @dataclass(frozen=True)
 class LoadRun:
-    """One load run: the run records, the load's first slot, the runs
-    expected, and the CPU used while slots were coming due."""
+    """One load run: the rate offered, the run records, the load's first
+    slot, the runs expected, and the CPU used while slots were coming due."""
 
+    rate: int
     times: list[RunTimes]
     t0_ms: int
     expected: int
@@ -96,7 +97,7 @@ class LoadRun:
         return ops_per_unit(*self.etcd_counters, self.finished_in_window())
 
 
-async def _variant(ctx: BenchContext, executor: str) -> LoadRun:
+async def _variant(ctx: BenchContext, executor: str, rate: int) -> LoadRun:
     """One load run, from an empty prefix to every expected run read back."""
     opts = ctx.options
     keys = ctx.new_keys(f"throughput-{executor}")
@@ -110,7 +111,6 @@ async def _variant(ctx: BenchContext, executor: str) -> LoadRun:
         await ctx.wait_ready(keys, fleet, partitions, opts.workers)
         t0 = int(time.time() * 1000) + START_DELAY_MS
         end = t0 + int(opts.duration * 1000) - 1
-        rate = offered_rate(opts, executor)
         rows = interval_rows(keys, partitions, rate, 1000, t0, end, "tick")
         await write_jobs(ctx.store, keys, rows, len(rows), f"throughput[{executor}]: jobs")
         expected = expected_slots(rate, 1000, t0, end)
@@ -126,7 +126,7 @@ async def _variant(ctx: BenchContext, executor: str) -> LoadRun:
         fleet.stop_all()
     times = await read_runs(ctx.store, keys)
     await ctx.cleanup(keys)
-    return LoadRun(times, t0, expected, (before, after), counters, (from_ms, to_ms))
+    return LoadRun(rate, times, t0, expected, (before, after), counters, (from_ms, to_ms))
 
 
 def _analyse(executor: str, load: LoadRun, ctx: BenchContext) -> tuple[list[Any], dict[str, Any]]:
@@ -142,10 +142,9 @@ def _analyse(executor: str, load: LoadRun, ctx: BenchContext) -> tuple[list[Any]
     raw = ctx.results.get("raw")
     put64 = raw.metrics.get("put64_per_s") if raw and not raw.error else None
     ratio = rates["finished"] / put64 if put64 else None
-    rate = offered_rate(opts, executor)
-    saturated = rates["finished"] < 0.95 * rate
+    saturated = rates["finished"] < 0.95 * load.rate
     row = [
-        EXECUTOR_LABEL[executor], rate, *(rates[s] for s in STAGES),
+        EXECUTOR_LABEL[executor], load.rate, *(rates[s] for s in STAGES),
         ratio, lag.get("p50"), lag.get("p99"), f"{len(times):,}/{expected:,}",
         "yes" if saturated else "no (raise --rate / --process-rate)",
     ]  # fmt: skip
@@ -192,7 +191,7 @@ async def run(ctx: BenchContext) -> ScenarioResult:
     for executor in opts.executors:
         rate = offered_rate(opts, executor)
         note(f"throughput: {EXECUTOR_LABEL[executor]}, {rate}/s for {opts.duration:g}s")
-        row, data = _analyse(executor, await _variant(ctx, executor), ctx)
+        row, data = _analyse(executor, await _variant(ctx, executor, rate), ctx)
         rows.append(row)
         result.series[executor] = data
         result.metrics[f"{executor}_finished_per_s"] = data["rates"]["finished"]

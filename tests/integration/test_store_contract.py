@@ -12,7 +12,7 @@ import pytest_asyncio
 
 from etcdsched.coalesce import CoalescingStore
 from etcdsched.etcd_store import EtcdOptions, EtcdStore
-from etcdsched.store import Cmp, Compare, Ops, Store
+from etcdsched.store import Cmp, Ops, Store
 from tests.support.eventually import assert_eventually
 
 
@@ -113,7 +113,7 @@ async def test_touch_raises_mod_revision_and_keeps_the_lease(store: Store, key_p
     key = f"{key_prefix}epoch"
     lease_id, _ = await store.grant(30)
     created = await store.txn([], [Ops.put(key, b"", lease=lease_id)])
-    below = Compare(key, "mod", "<", created.revision + 1)
+    below = Cmp.unwritten_since(key, created.revision)
     touched = await store.txn([Cmp.exists(key), below], [Ops.touch(key)])
     assert touched.succeeded
     assert not (await store.txn([below], [])).succeeded
