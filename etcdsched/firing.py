@@ -20,6 +20,7 @@ import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from etcdsched.backpressure import FiringBrake, NoBrake
 from etcdsched.cache import PrefixCache
 from etcdsched.clock import Clock
 from etcdsched.codec import encode
@@ -80,10 +81,13 @@ class PartitionFirer:
         horizon_ms: int,
         batch: int,
         gate: asyncio.Semaphore | None = None,
+        brake: FiringBrake | None = None,
     ) -> None:
-        """``gate`` is shared by a scheduler's partitions (see :meth:`fire_due`)."""
+        """``gate`` and ``brake`` are shared by a scheduler's partitions (see
+        :meth:`fire_due`)."""
         self.partition = partition
         self.gate = gate or asyncio.Semaphore(1)
+        self.brake = brake or NoBrake()
         self.store = store
         self.keys = keys
         self.clock = clock
@@ -139,19 +143,23 @@ class PartitionFirer:
             return None
         return self.keys.parse_due(min(self.due.items)).slot_ms
 
-    async def fire_due(self, now_ms: int) -> int:
-        """Fire every ready entry; returns how many entries were handled.
+    async def fire_due(self, now_ms: int) -> bool:
+        """Fire the ready entries; False when the brake stopped it first.
         Each batch is built and committed while holding the scheduler's
         firing gate: 64 partitions building batches in one event-loop turn
         made each turn take over a second under load, and placement, which
-        needs a turn per step, all but stopped."""
+        needs a turn per step, all but stopped. The brake is engaged while
+        placement is behind (``etcdsched.backpressure``); the entries left
+        stay in the cache for the next call."""
         ready = self.ready_entries(now_ms)
         chunks = self._chunks(ready, now_ms, self._active_by_job())
         while True:
             async with self.gate:
+                if self.brake.engaged():
+                    return False
                 chunk = next(chunks, None)
                 if chunk is None:
-                    return len(ready)
+                    return True
                 await self._commit(chunk, now_ms)
 
     def _chunks(
@@ -407,8 +415,10 @@ class PartitionFirer:
             await self.due.ready.wait()
             while True:
                 now, seen = self.clock.now_ms(), self.due.version
-                await self.fire_due(now)
-                await self._wait_next(now, seen)
+                if await self.fire_due(now):
+                    await self._wait_next(now, seen)
+                else:
+                    await self.brake.released()
         finally:
             cache_task.cancel()
             await asyncio.gather(cache_task, return_exceptions=True)

@@ -51,6 +51,11 @@ RETRIES = Counter(
     ["outcome"],
     registry=REGISTRY,
 )
+FIRING_HELD = Counter(
+    "etcdsched_firing_held",
+    "Times a scheduler held firing because placement was behind (overload).",
+    registry=REGISTRY,
+)
 PARTITIONS_OWNED = Gauge(
     "etcdsched_partitions_owned",
     "Partitions the scheduler in this process currently owns.",

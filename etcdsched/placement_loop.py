@@ -20,6 +20,7 @@ import logging
 from collections.abc import Callable, Iterator
 
 from etcdsched.assigner import ASSIGNED, Assigner, CapacityIndex
+from etcdsched.backpressure import FiringBrake
 from etcdsched.cache import ChangeSignal, PrefixCache, Seen, versions, wait_any_change
 from etcdsched.clock import Clock
 from etcdsched.codec import CorruptRecord
@@ -78,6 +79,8 @@ class PlacementLoop:
         """Queue keys handed to a batcher and not yet decided: a pass does
         not wait for its writes, and the next one must not read them again."""
         self.passes = 0
+        self.brake = FiringBrake(self.unexamined)
+        """Holds the scheduler's firing while fired runs pile up unread."""
 
     async def run(self) -> None:
         await self.workers.ready.wait()
@@ -122,6 +125,10 @@ class PlacementLoop:
         self._members = memo
         return views
 
+    def unexamined(self) -> int:
+        """Runs this scheduler fired that no pass has looked at yet."""
+        return sum(p.unexamined for p in self.placers())
+
     async def place_once(self, now_ms: int) -> float:
         """One pass; returns how long to wait for a change before the next
         (a run waiting for room, or a not-before coming into the lookahead)."""
@@ -156,6 +163,7 @@ class PlacementLoop:
                 return False
             for placer, current in await self._read(placers, chunk):
                 await self._consider(placer, current, views, now_ms)
+            self.brake.poke()
             # runs this scheduler fired need no read: without this a pass
             # could hold the loop for its whole length and starve firing
             await asyncio.sleep(0)

@@ -84,6 +84,9 @@ class PartitionPlacer:
         self._fired: dict[str, Versioned[RunRecord]] = {}
         """Runs this scheduler fired, as stored, by queue key, until placed
         once: the first look at them needs no read."""
+        self._unexamined: set[str] = set()
+        """Queue keys of every run this scheduler fired that placement has
+        not looked at yet (the firing brake, ``etcdsched.backpressure``)."""
 
     @property
     def ready(self) -> bool:
@@ -93,6 +96,7 @@ class PartitionPlacer:
         key = event.kv.key
         if event.kind == "delete":
             self._fired.pop(key, None)
+            self._unexamined.discard(key)
             self._not_before.pop(key, None)
             self._deadline_at.pop(key, None)
             self._gone.pop(key, None)
@@ -120,6 +124,8 @@ class PartitionPlacer:
             self._sorted = [k for k in self._sorted if k in items]
         if len(self._fired) >= FIRED_MEMO:  # drop those whose put and delete both were missed
             self._fired = {k: run for k, run in self._fired.items() if k in items}
+        if len(self._unexamined) > 2 * len(items) + 64:  # the same, for the brake's count
+            self._unexamined = {k for k in self._unexamined if k in items}
         QUEUE_DEPTH.labels(partition=str(self.partition)).set(len(items))
         for key in tuple(self._sorted):  # events may insert while we are suspended
             if self.waiting(key) and not_before.get(key, 0) <= limit_ms:
@@ -158,12 +164,23 @@ class PartitionPlacer:
         ``FIRED_MEMO`` are kept: a run is looked at only when a worker has
         room, so with every worker full a burst would keep them all (about
         4 KB each); the others are read from etcd when their turn comes."""
-        if current.value.queue_key and len(self._fired) < FIRED_MEMO:
-            self._fired[current.value.queue_key] = current
+        queue_key = current.value.queue_key
+        if not queue_key:
+            return
+        self._unexamined.add(queue_key)
+        if len(self._fired) < FIRED_MEMO:
+            self._fired[queue_key] = current
+
+    @property
+    def unexamined(self) -> int:
+        """Runs this scheduler fired that placement has not looked at yet."""
+        return len(self._unexamined)
 
     def take_fired(self, queue_key: str) -> Versioned[RunRecord] | None:
         """The run behind ``queue_key`` as we fired it, once: if it changed
-        since, the assignment's compare fails and the next look reads it."""
+        since, the assignment's compare fails and the next look reads it.
+        Asked for every run placement looks at, so it also counts as looked at."""
+        self._unexamined.discard(queue_key)
         return self._fired.pop(queue_key, None)
 
     def check_read(self, queue_key: str, kvs: list[KV]) -> Versioned[RunRecord] | None:

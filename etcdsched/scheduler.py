@@ -251,6 +251,7 @@ class SchedulerService:
             cfg.horizon_ms,
             cfg.fire_batch,
             self.fire_gate,
+            self.placement.brake,
         )
         placer = PartitionPlacer(
             partition,

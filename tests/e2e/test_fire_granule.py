@@ -3,6 +3,7 @@ earlier than the lookahead and never later than ``lookahead - granule``."""
 
 from __future__ import annotations
 
+from etcdsched.backpressure import BACKLOG_LIMIT, FiringBrake
 from etcdsched.clock import FakeClock
 from etcdsched.cronwall import ms_to_utc
 from etcdsched.etcd_store import EtcdStore
@@ -11,6 +12,7 @@ from etcdsched.jobs import JobService
 from etcdsched.keys import Keys
 from etcdsched.overlap import active_runs_cache
 from etcdsched.ownership import Ownership
+from etcdsched.session import Session
 from etcdsched.spec import JobSpec
 
 P = 1
@@ -64,3 +66,31 @@ async def test_a_long_lookahead_still_fires_within_half_a_second(
     assert firer.granule_ms == GRANULE_MAX_MS
     assert firer.ready_entries(t0 + 499) == []
     assert [kv.key for kv in firer.ready_entries(t0 + 500)] == [keys.due(0, t0 + 600_000, "staged")]
+
+
+async def test_a_held_brake_stops_firing_between_batches(store: EtcdStore, keys: Keys) -> None:
+    """Placement behind: nothing fires, the entries stay; released: they fire."""
+    clock = FakeClock()
+    t0 = clock.now_ms()
+    jobs = JobService(store, keys, clock, P)
+    for offset in (100, 200):
+        await jobs.create(_at(t0 + offset), f"at-{offset}")
+    backlog = [BACKLOG_LIMIT]
+    brake = FiringBrake(lambda: backlog[0])
+    active = active_runs_cache(store, clock, keys, 0)
+    owner = Ownership(store, keys, "x")
+    session = await Session.open(store, clock, ttl=10)
+    try:
+        assert await owner.acquire(0, session, t0)
+        firer = PartitionFirer(
+            0, store, keys, clock, owner, active, P, LOOKAHEAD_MS, 60_000, 16, brake=brake
+        )
+        await firer.due.relist()
+        await active.relist()
+        assert await firer.fire_due(t0) is False
+        assert len(firer.due.items) == 2 and firer.stats.fired == 0
+        backlog[0] = 0
+        assert await firer.fire_due(t0) is True
+        assert firer.stats.fired == 2 and not firer.due.items
+    finally:
+        await session.close()
