@@ -67,6 +67,8 @@ _OPTIONS = [
     click.option("--lease-ttl", type=click.IntRange(2, 300), help="Seconds (all agents)."),
     click.option("--lookahead-ms", type=click.IntRange(min=0)),
     click.option("--worker-slots", type=click.IntRange(min=1), help="Capacity per worker."),
+    click.option("--noop-worker-slots", type=click.IntRange(min=1),
+                 help="throughput: capacity per worker with the noop executor."),
     click.option("--drain-timeout", type=DURATION, help="Longest wait for runs to finish."),
     click.option("--raw-seconds", type=DURATION, help="raw: length of each measurement."),
     click.option("--raw-value-bytes", type=click.IntRange(1, 1_000_000)),

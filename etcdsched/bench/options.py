@@ -32,14 +32,21 @@ class BenchOptions:
     raw_value_bytes: int = 1024
     # throughput
     duration: float = 60.0
-    rate: int = 1600
-    """Offered slots/s with the no-op executor: at or just above its ceiling
-    here. Far above it the figure is overload, not the ceiling: firing runs
-    ahead of placement and the rate falls (2,000 offered: 1,297/s; 1,600
-    offered: up to 1,601/s, see docs/benchmarks.md)."""
+    rate: int = 2000
+    """Offered slots/s with the no-op executor: just above its ceiling here
+    (2,000 offered: 1,882/s finished; 2,400: 1,704/s, see ADR 0014). Far
+    above it the figure is overload rather than the ceiling."""
     process_rate: int = 600
-    """Offered slots/s with real processes, near their ceiling for the same
-    reason (600 offered: 573/s carried; 800: 438/s; 1,600: 360/s)."""
+    """Offered slots/s with real processes, near their ceiling (600 offered:
+    573/s carried; 800: 547/s)."""
+    noop_worker_slots: int = 4096
+    """Worker capacity for the no-op executor. A run holds its slot from its
+    placement, up to the lookahead before its instant, until the scheduler
+    sees it finished: at 2,000/s and a 2 s lookahead that is about 4,000
+    slots, and with 256 the slots, not the scheduler, set the rate (ADR 0014).
+    Real processes keep ``worker_slots``: the worker forks each one ahead of
+    its instant (ADR 0008), and 4,096 waiting forks made `true` take 3.4 s
+    (412/s instead of 547/s at 800 offered)."""
     executors: tuple[str, ...] = ("noop", "process")
     schedulers: int = 1
     workers: int = 1
@@ -150,3 +157,8 @@ def build_options(smoke: bool, overrides: dict[str, Any]) -> BenchOptions:
 def offered_rate(options: BenchOptions, executor: str) -> int:
     """Slots/s the throughput scenario offers to ``executor``."""
     return options.process_rate if executor == "process" else options.rate
+
+
+def worker_slots_for(options: BenchOptions, executor: str) -> int:
+    """Capacity of the throughput scenario's workers for ``executor``."""
+    return options.worker_slots if executor == "process" else options.noop_worker_slots

@@ -36,7 +36,7 @@ from etcdsched.bench.measure import (
     summary,
     window_rate,
 )
-from etcdsched.bench.options import offered_rate
+from etcdsched.bench.options import offered_rate, worker_slots_for
 from etcdsched.bench.progress import note
 from etcdsched.bench.results import ScenarioResult, Table, Target
 from etcdsched.cronwall import ms_to_utc
@@ -102,7 +102,8 @@ async def _variant(ctx: BenchContext, executor: str, rate: int) -> LoadRun:
     opts = ctx.options
     keys = ctx.new_keys(f"throughput-{executor}")
     partitions = await ctx.init_cluster(keys)
-    fleet = ctx.fleet(keys, f"throughput-{executor}")
+    slots = worker_slots_for(opts, executor)
+    fleet = ctx.fleet(keys, f"throughput-{executor}", worker_slots=slots)
     try:
         for i in range(opts.schedulers):
             fleet.spawn(f"sched-{i}", ("scheduler",))
@@ -182,7 +183,9 @@ async def run(ctx: BenchContext) -> ScenarioResult:
             "duration_s": opts.duration,
             "schedulers": opts.schedulers,
             "workers": opts.workers,
-            "worker_slots": opts.worker_slots,
+            "worker_slots": ", ".join(
+                f"{worker_slots_for(opts, e):,} ({e})" for e in opts.executors
+            ),
             "partitions": opts.partitions,
             "lookahead_ms": opts.lookahead_ms,
         },
