@@ -53,7 +53,7 @@ RETRIES = Counter(
 )
 FIRING_HELD = Counter(
     "etcdsched_firing_held",
-    "Times a scheduler held firing because placement was behind (overload).",
+    "Times a partition's firing waited because placement was behind (overload, ADR 0014).",
     registry=REGISTRY,
 )
 PARTITIONS_OWNED = Gauge(
