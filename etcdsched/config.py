@@ -11,6 +11,7 @@ from pathlib import Path
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from etcdsched.backpressure import BACKLOG_LIMIT
 from etcdsched.etcd_store import EtcdOptions
 
 
@@ -40,6 +41,9 @@ class Config(BaseSettings):
     lookahead_ms: int = Field(2000, ge=0, description="Fire slots this early (not-before).")
     horizon_ms: int = Field(60_000, ge=1000, description="Due entries kept in memory.")
     fire_batch: int = Field(64, ge=1, le=128)
+    fire_backlog: int = Field(
+        BACKLOG_LIMIT, ge=1, description="Fired runs unread by placement at which firing waits."
+    )
     reconcile_every: float = Field(5.0, gt=0)
 
     # worker

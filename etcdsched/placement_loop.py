@@ -20,7 +20,7 @@ import logging
 from collections.abc import Callable, Iterator
 
 from etcdsched.assigner import ASSIGNED, Assigner, CapacityIndex
-from etcdsched.backpressure import FiringBrake
+from etcdsched.backpressure import BACKLOG_LIMIT, FiringBrake
 from etcdsched.cache import ChangeSignal, PrefixCache, Seen, versions, wait_any_change
 from etcdsched.clock import Clock
 from etcdsched.codec import CorruptRecord
@@ -61,7 +61,9 @@ class PlacementLoop:
         capacity: CapacityIndex,
         assigner: Assigner,
         lookahead_ms: int,
+        backlog_limit: int = BACKLOG_LIMIT,
     ) -> None:
+        """``backlog_limit``: see :class:`~etcdsched.backpressure.FiringBrake`."""
         self.store = store
         self.keys = keys
         self.clock = clock
@@ -79,7 +81,7 @@ class PlacementLoop:
         """Queue keys handed to a batcher and not yet decided: a pass does
         not wait for its writes, and the next one must not read them again."""
         self.passes = 0
-        self.brake = FiringBrake(self.unexamined)
+        self.brake = FiringBrake(self.unexamined, backlog_limit)
         """Holds the scheduler's firing while fired runs pile up unread."""
 
     async def run(self) -> None:

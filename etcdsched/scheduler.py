@@ -118,6 +118,7 @@ class SchedulerService:
             self.capacity,
             self.assigner,
             config.lookahead_ms,
+            config.fire_backlog,
         )
 
     # -- lifecycle ---------------------------------------------------------------

@@ -49,12 +49,23 @@ class AgentSlot:
 
 class Fleet:
     def __init__(
-        self, work_dir: Path, prefix: str, schedulers: int, workers: int, worker_slots: int
+        self,
+        work_dir: Path,
+        prefix: str,
+        schedulers: int,
+        workers: int,
+        worker_slots: int,
+        fire_backlog: int | None = None,
     ) -> None:
+        """``fire_backlog``: the schedulers' firing brake limit (ADR 0014),
+        small to keep the brake engaged under faults; None: the default."""
         self.work_dir = work_dir
         self.prefix = prefix
         self.log_dir = work_dir / "agents"
         self.worker_slots = worker_slots
+        self.agent_settings: dict[str, object] = {"worker_slots": worker_slots}
+        if fire_backlog is not None:
+            self.agent_settings["fire_backlog"] = fire_backlog
         self.cluster = EtcdCluster(work_dir / "etcd", size=3, tuning=ETCD_TUNING)
         self.agents = [AgentSlot(f"s{i + 1}", "scheduler") for i in range(schedulers)]
         self.agents += [AgentSlot(f"w{i + 1}", "worker") for i in range(workers)]
@@ -81,7 +92,7 @@ class Fleet:
     def spawn(self, slot: AgentSlot) -> AgentProcess:
         """Start the slot's next incarnation under a fresh name."""
         slot.generation += 1
-        env = agent_env(self.endpoints, self.prefix, self.log_dir, worker_slots=self.worker_slots)
+        env = agent_env(self.endpoints, self.prefix, self.log_dir, **self.agent_settings)
         slot.process = AgentProcess(slot.name, [slot.role], env, self.log_dir).start()
         slot.paused = False
         return slot.process

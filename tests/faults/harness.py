@@ -71,13 +71,21 @@ class HarnessConfig:
     recurring_jobs: int = 12
     one_off_every_s: tuple[float, float] = (2.0, 4.0)
     quiesce_timeout_s: float = 60.0
+    fire_backlog: int | None = None
 
 
 def run_harness(config: HarnessConfig, command: str = "") -> RunOutcome:
     """The whole run, blocking. Cleans up every process it started."""
     prefix = f"/faults-{config.seed}-{uuid.uuid4().hex[:6]}/"
     work_dir = config.work_dir.resolve()
-    fleet = Fleet(work_dir, prefix, config.schedulers, config.workers, config.worker_slots)
+    fleet = Fleet(
+        work_dir,
+        prefix,
+        config.schedulers,
+        config.workers,
+        config.worker_slots,
+        config.fire_backlog,
+    )
     info = RunInfo(config.seed, command, config.duration_s, str(work_dir), prefix)
     started = time.monotonic()
     try:
@@ -236,6 +244,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="seed of the fault schedule")
     parser.add_argument("--report", type=Path, help="also write the report as Markdown here")
     parser.add_argument("--work-dir", type=Path, help="default: a new temporary directory")
+    parser.add_argument("--fire-backlog", type=int, metavar="N",
+                        help="schedulers hold firing at N fired runs unread by placement "
+                        "(default 1,000; a small N keeps the firing brake engaged)")  # fmt: skip
     return parser.parse_args(argv)
 
 
@@ -252,7 +263,12 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     work_dir = args.work_dir or Path(tempfile.mkdtemp(prefix=f"etcdsched-faults-{args.seed}-"))
     print(f"seed {args.seed}, duration {args.duration:.0f} s, work dir {work_dir}", flush=True)
-    config = HarnessConfig(duration_s=args.duration, seed=args.seed, work_dir=work_dir)
+    config = HarnessConfig(
+        duration_s=args.duration,
+        seed=args.seed,
+        work_dir=work_dir,
+        fire_backlog=args.fire_backlog,
+    )
     try:
         outcome = run_harness(config, command_line(argv))
     except KeyboardInterrupt:
