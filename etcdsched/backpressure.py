@@ -24,9 +24,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Callable
 
+from etcdsched.clock import Clock, SystemClock
 from etcdsched.metrics import FIRING_HELD
+
+log = logging.getLogger(__name__)
 
 BACKLOG_LIMIT = 1000
 """Fired runs placement has not looked at, across the scheduler's
@@ -37,18 +41,26 @@ round trip while bounding the pile."""
 RECHECK_S = 1.0
 """A held firer looks again at least this often even unwoken (a queued run
 cancelled meanwhile lowers the backlog without placement looking at it)."""
+LOG_EVERY_S = 60.0
+"""Holds are logged at most this often (past its ceiling a scheduler holds
+many times a second), with how many there were since the last line."""
 
 
 class FiringBrake:
     """Shared by a scheduler's partition firers, checked before each batch;
     placement calls :meth:`poke` whenever it has looked at runs."""
 
-    def __init__(self, backlog: Callable[[], int], limit: int = BACKLOG_LIMIT) -> None:
+    def __init__(
+        self, backlog: Callable[[], int], clock: Clock, limit: int = BACKLOG_LIMIT
+    ) -> None:
         """``backlog``: fired runs not yet looked at by placement."""
         self.backlog = backlog
+        self.clock = clock
         self.limit = limit
         self._free = asyncio.Event()
         self._free.set()
+        self._holds = 0
+        self._logged_at: float | None = None
 
     def engaged(self) -> bool:
         held = self.backlog() >= self.limit
@@ -66,15 +78,32 @@ class FiringBrake:
         """Return once firing may go on."""
         if not self.engaged():
             return
-        FIRING_HELD.inc()
+        self._count_hold()
         while self.engaged():
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(RECHECK_S):
                     await self._free.wait()
+
+    def _count_hold(self) -> None:
+        FIRING_HELD.inc()
+        self._holds += 1
+        now = self.clock.monotonic()
+        if self._logged_at is not None and now - self._logged_at < LOG_EVERY_S:
+            return
+        since = "" if self._logged_at is None else f" in the last {now - self._logged_at:.0f} s"
+        log.warning(
+            "firing held %d time(s)%s: %d fired runs wait unread by placement (limit %d);"
+            " their slots wait in the due index (ADR 0014)",
+            self._holds,
+            since,
+            self.backlog(),
+            self.limit,
+        )
+        self._holds, self._logged_at = 0, now
 
 
 class NoBrake(FiringBrake):
     """Never engaged: a firer on its own (tools and tests)."""
 
     def __init__(self) -> None:
-        super().__init__(lambda: 0)
+        super().__init__(lambda: 0, SystemClock())

@@ -81,7 +81,7 @@ class PlacementLoop:
         """Queue keys handed to a batcher and not yet decided: a pass does
         not wait for its writes, and the next one must not read them again."""
         self.passes = 0
-        self.brake = FiringBrake(self.unexamined, backlog_limit)
+        self.brake = FiringBrake(self.unexamined, clock, backlog_limit)
         """Holds the scheduler's firing while fired runs pile up unread."""
 
     async def run(self) -> None:

@@ -76,7 +76,7 @@ async def test_a_held_brake_stops_firing_between_batches(store: EtcdStore, keys:
     for offset in (100, 200):
         await jobs.create(_at(t0 + offset), f"at-{offset}")
     backlog = [BACKLOG_LIMIT]
-    brake = FiringBrake(lambda: backlog[0])
+    brake = FiringBrake(lambda: backlog[0], clock)
     active = active_runs_cache(store, clock, keys, 0)
     owner = Ownership(store, keys, "x")
     session = await Session.open(store, clock, ttl=10)

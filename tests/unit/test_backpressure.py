@@ -4,8 +4,12 @@ partition, and firing waits while there are too many of them."""
 from __future__ import annotations
 
 import asyncio
+import logging
 
-from etcdsched.backpressure import FiringBrake, NoBrake
+import pytest
+
+from etcdsched.backpressure import LOG_EVERY_S, FiringBrake, NoBrake
+from etcdsched.clock import FakeClock
 from etcdsched.keys import Keys
 from etcdsched.store import KV, Event
 from tests.unit.test_placer_queue import fired, placer, queued
@@ -44,7 +48,7 @@ def test_runs_whose_queue_entries_never_showed_stop_counting() -> None:
 
 def test_the_brake_engages_at_the_limit() -> None:
     backlog = [5]
-    brake = FiringBrake(lambda: backlog[0], limit=5)
+    brake = FiringBrake(lambda: backlog[0], FakeClock(0), limit=5)
     assert brake.engaged()
     backlog[0] = 4
     assert not brake.engaged()
@@ -53,7 +57,7 @@ def test_the_brake_engages_at_the_limit() -> None:
 
 async def test_a_held_firer_goes_on_once_placement_pokes() -> None:
     backlog = [10]
-    brake = FiringBrake(lambda: backlog[0], limit=5)
+    brake = FiringBrake(lambda: backlog[0], FakeClock(0), limit=5)
     held = asyncio.create_task(brake.released())
     await asyncio.sleep(0.01)
     assert not held.done()
@@ -63,3 +67,28 @@ async def test_a_held_firer_goes_on_once_placement_pokes() -> None:
     backlog[0] = 0
     brake.poke()
     await asyncio.wait_for(held, 1)
+
+
+async def test_holds_are_logged_at_once_then_at_most_once_a_minute(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock, backlog = FakeClock(0), [0]
+    brake = FiringBrake(lambda: backlog[0], clock, limit=1)
+
+    async def hold_once() -> None:
+        backlog[0] = 1
+        held = asyncio.create_task(brake.released())
+        await asyncio.sleep(0)
+        backlog[0] = 0
+        brake.poke()
+        await asyncio.wait_for(held, 1)
+
+    with caplog.at_level(logging.WARNING, logger="etcdsched.backpressure"):
+        await hold_once()
+        await hold_once()
+        await clock.advance(LOG_EVERY_S)
+        await hold_once()
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("firing held 1 time(s): 1 fired runs wait unread")
+    assert lines[1].startswith("firing held 2 time(s) in the last 60 s")
