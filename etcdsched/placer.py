@@ -84,9 +84,10 @@ class PartitionPlacer:
         self._fired: dict[str, Versioned[RunRecord]] = {}
         """Runs this scheduler fired, as stored, by queue key, until placed
         once: the first look at them needs no read."""
-        self._unexamined: set[str] = set()
+        self._unexamined: dict[str, int] = {}
         """Queue keys of every run this scheduler fired that placement has
-        not looked at yet (the firing brake, ``etcdsched.backpressure``)."""
+        not looked at yet, with the revision that queued them (the firing
+        brake, ``etcdsched.backpressure``)."""
 
     @property
     def ready(self) -> bool:
@@ -96,7 +97,7 @@ class PartitionPlacer:
         key = event.kv.key
         if event.kind == "delete":
             self._fired.pop(key, None)
-            self._unexamined.discard(key)
+            self._unexamined.pop(key, None)
             self._not_before.pop(key, None)
             self._deadline_at.pop(key, None)
             self._gone.pop(key, None)
@@ -124,8 +125,7 @@ class PartitionPlacer:
             self._sorted = [k for k in self._sorted if k in items]
         if len(self._fired) >= FIRED_MEMO:  # drop those whose put and delete both were missed
             self._fired = {k: run for k, run in self._fired.items() if k in items}
-        if len(self._unexamined) > 2 * len(items) + 64:  # the same, for the brake's count
-            self._unexamined = {k for k in self._unexamined if k in items}
+        self._forget_unseen(items)
         QUEUE_DEPTH.labels(partition=str(self.partition)).set(len(items))
         for key in tuple(self._sorted):  # events may insert while we are suspended
             if self.waiting(key) and not_before.get(key, 0) <= limit_ms:
@@ -167,7 +167,7 @@ class PartitionPlacer:
         queue_key = current.value.queue_key
         if not queue_key:
             return
-        self._unexamined.add(queue_key)
+        self._unexamined[queue_key] = current.mod_revision
         if len(self._fired) < FIRED_MEMO:
             self._fired[queue_key] = current
 
@@ -176,11 +176,21 @@ class PartitionPlacer:
         """Runs this scheduler fired that placement has not looked at yet."""
         return len(self._unexamined)
 
+    def _forget_unseen(self, items: dict[str, KV]) -> None:
+        """Stop counting fired runs whose queue entry the cache has moved
+        past without holding it: its put and delete both fell in a re-list
+        gap. An overcount would hold firing with every queue empty; entries
+        still on their way (queued after the cache's revision) are kept."""
+        seen = self.queue.revision
+        stale = [k for k, rev in self._unexamined.items() if rev <= seen and k not in items]
+        for key in stale:
+            del self._unexamined[key]
+
     def take_fired(self, queue_key: str) -> Versioned[RunRecord] | None:
         """The run behind ``queue_key`` as we fired it, once: if it changed
         since, the assignment's compare fails and the next look reads it.
         Asked for every run placement looks at, so it also counts as looked at."""
-        self._unexamined.discard(queue_key)
+        self._unexamined.pop(queue_key, None)
         return self._fired.pop(queue_key, None)
 
     def check_read(self, queue_key: str, kvs: list[KV]) -> Versioned[RunRecord] | None:

@@ -42,8 +42,17 @@ def test_runs_whose_queue_entries_never_showed_stop_counting() -> None:
     for i in range(100):
         key = K.queue(3, 0, 100, f"j{i}@00000000000100")
         fired(p, key, f"j{i}@00000000000100")  # put and delete both missed by the cache
+    p.queue.revision = 8  # a re-list after them (they were fired at revision 7)
     list(p.ready_keys(1000))
     assert p.unexamined == 0
+
+
+def test_runs_fired_after_the_caches_revision_still_count() -> None:
+    p = placer()
+    fired(p, K.queue(3, 0, 100, "j@00000000000100"), "j@00000000000100")  # at revision 7
+    p.queue.revision = 6  # its queue entry's put is still on its way
+    list(p.ready_keys(1000))
+    assert p.unexamined == 1
 
 
 def test_the_brake_engages_at_the_limit() -> None:
