@@ -20,7 +20,7 @@ import logging
 from collections.abc import Callable, Iterator
 
 from etcdsched.assigner import ASSIGNED, Assigner, CapacityIndex
-from etcdsched.backpressure import BACKLOG_LIMIT, FiringBrake
+from etcdsched.backpressure import FiringBrake
 from etcdsched.cache import ChangeSignal, PrefixCache, Seen, versions, wait_any_change
 from etcdsched.clock import Clock
 from etcdsched.codec import CorruptRecord
@@ -61,7 +61,7 @@ class PlacementLoop:
         capacity: CapacityIndex,
         assigner: Assigner,
         lookahead_ms: int,
-        backlog_limit: int = BACKLOG_LIMIT,
+        backlog_limit: int,
     ) -> None:
         """``backlog_limit``: see :class:`~etcdsched.backpressure.FiringBrake`."""
         self.store = store

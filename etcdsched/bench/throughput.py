@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +37,7 @@ from etcdsched.bench.measure import (
     summary,
     window_rate,
 )
-from etcdsched.bench.options import offered_rate, worker_slots_for
+from etcdsched.bench.options import BenchOptions, offered_rate, worker_slots_for
 from etcdsched.bench.progress import note
 from etcdsched.bench.results import ScenarioResult, Table, Target
 from etcdsched.cronwall import ms_to_utc
@@ -97,9 +98,11 @@ class LoadRun:
         return ops_per_unit(*self.etcd_counters, self.finished_in_window())
 
 
-async def _variant(ctx: BenchContext, executor: str, rate: int) -> LoadRun:
+async def _variant(ctx: BenchContext, executor: str) -> LoadRun:
     """One load run, from an empty prefix to every expected run read back."""
     opts = ctx.options
+    rate = offered_rate(opts, executor)
+    note(f"throughput: {EXECUTOR_LABEL[executor]}, {rate}/s for {opts.duration:g}s")
     keys = ctx.new_keys(f"throughput-{executor}")
     partitions = await ctx.init_cluster(keys)
     slots = worker_slots_for(opts, executor)
@@ -179,22 +182,18 @@ async def run(ctx: BenchContext) -> ScenarioResult:
         name="throughput",
         title="Sustained throughput",
         params={
-            "offered_per_s": ", ".join(f"{offered_rate(opts, e):,} ({e})" for e in opts.executors),
+            "offered_per_s": _per_executor(opts, offered_rate),
             "duration_s": opts.duration,
             "schedulers": opts.schedulers,
             "workers": opts.workers,
-            "worker_slots": ", ".join(
-                f"{worker_slots_for(opts, e):,} ({e})" for e in opts.executors
-            ),
+            "worker_slots": _per_executor(opts, worker_slots_for),
             "partitions": opts.partitions,
             "lookahead_ms": opts.lookahead_ms,
         },
     )
     rows = []
     for executor in opts.executors:
-        rate = offered_rate(opts, executor)
-        note(f"throughput: {EXECUTOR_LABEL[executor]}, {rate}/s for {opts.duration:g}s")
-        row, data = _analyse(executor, await _variant(ctx, executor, rate), ctx)
+        row, data = _analyse(executor, await _variant(ctx, executor), ctx)
         rows.append(row)
         result.series[executor] = data
         result.metrics[f"{executor}_finished_per_s"] = data["rates"]["finished"]
@@ -268,3 +267,8 @@ def _target(ctx: BenchContext, result: ScenarioResult) -> Target:
         why = "needs --scenario raw and the noop executor in the same run"
         return Target(name, None, 0.0, "higher", "/s", why)
     return Target(name, noop, 0.5 * put64, "higher", "/s")
+
+
+def _per_executor(opts: BenchOptions, setting: Callable[[BenchOptions, str], int]) -> str:
+    """A per-executor setting as a report parameter, e.g. ``2,000 (noop), 600 (process)``."""
+    return ", ".join(f"{setting(opts, e):,} ({e})" for e in opts.executors)

@@ -62,7 +62,6 @@ class Fleet:
         self.work_dir = work_dir
         self.prefix = prefix
         self.log_dir = work_dir / "agents"
-        self.worker_slots = worker_slots
         self.agent_settings: dict[str, object] = {"worker_slots": worker_slots}
         if fire_backlog is not None:
             self.agent_settings["fire_backlog"] = fire_backlog
