@@ -117,14 +117,19 @@ class JobService:
         try:
             result = await self.store.txn(compares, ops)
         except OutcomeUnknown:
-            return await self._resolve_create(job, idem_key)
+            return await self._resolve_create(job, idem_key, maybe_ours=True)
         if result.succeeded:
             return job
-        return await self._resolve_create(job, idem_key)
+        return await self._resolve_create(job, idem_key, maybe_ours=False)
 
-    async def _resolve_create(self, job: JobRecord, idem_key: str | None) -> JobRecord:
-        """After a failed or unknown create: ours if the idempotency key (or
-        our own creation instant) says so, else a conflict."""
+    async def _resolve_create(
+        self, job: JobRecord, idem_key: str | None, maybe_ours: bool
+    ) -> JobRecord:
+        """After a failed or unknown create: ours if the idempotency key says
+        so, or, when the outcome is unknown, our own creation instant and
+        spec; else a conflict. A create that *failed* found the job already
+        there, so it is never ours: two creates of one spec within one
+        millisecond both succeeded when it was trusted then."""
         if idem_key:
             kv = await self.store.get(idem_key)
             if kv is not None:
@@ -133,7 +138,7 @@ class JobService:
         if existing is None:
             raise OutcomeUnknown(f"creating job {job.id}: outcome unknown, nothing stored")
         record = existing.decode(JobRecord).value
-        if record.created_ms == job.created_ms and record.spec == job.spec:
+        if maybe_ours and record.created_ms == job.created_ms and record.spec == job.spec:
             return record
         raise Conflict(f"job {job.id} already exists", field="id")
 
