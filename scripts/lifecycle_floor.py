@@ -19,11 +19,13 @@ That is 9 mutations and 4 watch events per run. ``--staged`` adds the rest
 of etcdsched's write mix: active and next-due pointers, and placement as a
 stage of its own (a queue entry, then a transaction that takes it, rewrites
 the record and writes the assignment). That is 10 puts and 5 deletes per
-run, like etcdsched.
+run, like etcdsched. With it, the scheduler follows the due, active and
+queue prefixes of each of ``partitions`` partitions (1 by default;
+etcdsched has 64) and places from all of them in full transactions.
 
 The raw 64-in-flight put rate through the same client is measured in the
 same run, so each result is a ratio comparable to issue 7's target. Run:
-``.venv/bin/python scripts/lifecycle_floor.py [seconds] [--staged]``.
+``.venv/bin/python scripts/lifecycle_floor.py [seconds [partitions]] [--staged]``.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from etcdsched.store import Cmp, Compare, Op, Ops
 
 P = "/floor/"
 WINDOW = 4096
+JOBS = 20_000
 IN_FLIGHT_TXNS = 4
 RECORD: dict[str, Any] = {
     "job_id": "floor-000000",
@@ -67,6 +70,12 @@ class Mix:
     transaction at each stage."""
 
     staged: bool
+    parts: int = 1
+    """Partitions: with ``staged``, the scheduler watches the due, active
+    and queue prefixes of each one, as etcdsched's does."""
+
+    def pp(self, rid: str) -> str:
+        return f"{int(rid[-14:]) % self.parts:03d}"
 
     @property
     def per_fire(self) -> int:
@@ -84,17 +93,18 @@ def fire_writes(mix: Mix, n: int) -> tuple[list[Compare], list[Op]]:
     compares: list[Compare] = []
     ops: list[Op] = []
     for i in range(n, n + mix.per_fire):
-        rid, job = f"floor-{i % 100_000:06d}@{i:014d}", f"floor-{i % 100_000:06d}"
+        rid, job = f"floor-{i % JOBS:06d}@{i:014d}", f"floor-{i % JOBS:06d}"
+        pp = mix.pp(rid)
         compares.append(Cmp.absent(f"{P}runs/{rid}"))
         ops += [
             Ops.put(f"{P}runs/{rid}", json.dumps(dict(RECORD, job_id=job)).encode()),
-            Ops.delete(f"{P}due/{i:014d}"),
-            Ops.put(f"{P}due/{i + 10**9:014d}", json.dumps(RECORD["spec"]).encode()),
+            Ops.delete(f"{P}due/{pp}/{i:014d}"),
+            Ops.put(f"{P}due/{pp}/{i + JOBS:014d}", json.dumps(RECORD["spec"]).encode()),
         ]
         if mix.staged:
             ops += [
-                Ops.put(f"{P}active/{rid}", b"{}"),
-                Ops.put(f"{P}queue/{rid}", b"{}"),
+                Ops.put(f"{P}active/{pp}/{rid}", b"{}"),
+                Ops.put(f"{P}queue/{pp}/{rid}", b"{}"),
                 Ops.put(f"{P}nextdue/{job}", b"x" * 60),
             ]
         else:
@@ -102,12 +112,12 @@ def fire_writes(mix: Mix, n: int) -> tuple[list[Compare], list[Op]]:
     return compares, ops
 
 
-def place_writes(rids: list[str]) -> tuple[list[Compare], list[Op]]:
-    compares = [Cmp.exists(f"{P}queue/{rid}") for rid in rids]
+def place_writes(mix: Mix, rids: list[str]) -> tuple[list[Compare], list[Op]]:
+    compares = [Cmp.exists(f"{P}queue/{mix.pp(rid)}/{rid}") for rid in rids]
     ops = [Ops.put(f"{P}assign-epoch/w1", b"")]
     for rid in rids:
         ops += [
-            Ops.delete(f"{P}queue/{rid}"),
+            Ops.delete(f"{P}queue/{mix.pp(rid)}/{rid}"),
             Ops.put(f"{P}runs/{rid}", json.dumps(RECORD).encode()),
             Ops.put(f"{P}assign/w1/{rid}", b"{}"),
         ]
@@ -139,7 +149,7 @@ def close_writes(mix: Mix, rids: list[str]) -> tuple[list[Compare], list[Op]]:
             Ops.delete(f"{P}assign/w1/{rid}"),
         ]
         if mix.staged:
-            ops.append(Ops.delete(f"{P}active/{rid}"))
+            ops.append(Ops.delete(f"{P}active/{mix.pp(rid)}/{rid}"))
     return compares, ops
 
 
@@ -162,6 +172,8 @@ class SchedulerDriver:
         self.store, self.mix = store, mix
         self.room = asyncio.Semaphore(WINDOW // mix.per_fire)
         self.finished: list[float] = []
+        self.queued: list[str] = []
+        self.queued_more = asyncio.Event()
 
     async def follow_finishes(self, since: int) -> None:
         async for batch in self.store.watch(f"{P}assign/", since):
@@ -171,16 +183,40 @@ class SchedulerDriver:
                     if len(self.finished) % self.mix.per_fire == 0:
                         self.room.release()
 
-    async def place(self, since: int) -> None:
-        async for rids in _put_rids(self.store, f"{P}queue/", since):
-            for first in range(0, len(rids), self.mix.per_place):
-                await self.store.txn(*place_writes(rids[first : first + self.mix.per_place]))
+    async def queue(self, pp: int, since: int) -> None:
+        async for rids in _put_rids(self.store, f"{P}queue/{pp:03d}/", since):
+            self.queued += rids
+            self.queued_more.set()
+
+    async def place(self) -> None:
+        """One placement loop for every partition, in full transactions
+        (etcdsched's placement commits per worker across partitions)."""
+        while True:
+            await self.queued_more.wait()
+            self.queued_more.clear()
+            while self.queued:
+                batch, self.queued = (
+                    self.queued[: self.mix.per_place],
+                    self.queued[self.mix.per_place :],
+                )
+                await self.store.txn(*place_writes(self.mix, batch))
+
+    async def follow(self, prefix: str, since: int) -> None:
+        """Decode a prefix's events, as a cache would, and drop them."""
+        async for _ in self.store.watch(prefix, since):
+            pass
 
     async def run(self, seconds: float) -> list[float]:
         since = await _revision(self.store)
         stages = [asyncio.create_task(self.follow_finishes(since))]
         if self.mix.staged:
-            stages.append(asyncio.create_task(self.place(since)))
+            stages.append(asyncio.create_task(self.place()))
+        for pp in range(self.mix.parts if self.mix.staged else 0):
+            stages += [
+                asyncio.create_task(self.queue(pp, since)),
+                asyncio.create_task(self.follow(f"{P}due/{pp:03d}/", since)),
+                asyncio.create_task(self.follow(f"{P}active/{pp:03d}/", since)),
+            ]
         end, n, firing = time.monotonic() + seconds, 0, []
         while time.monotonic() < end:
             await self.room.acquire()
@@ -270,7 +306,7 @@ def main(seconds: float, mix: Mix) -> None:
     # the drivers' monotonic clocks are the host's: comparable across processes
     count = sum(1 for t in finished if window[0] <= t < window[1])
     rate = count / (window[1] - window[0])
-    label = "etcdsched's write mix" if mix.staged else "least a run needs"
+    label = f"etcdsched's write mix, {mix.parts} partitions" if mix.staged else "least a run needs"
     print(f"raw 64-in-flight puts/s: {put64:,.0f}")
     print(f"bare drivers, {label}: {rate:,.0f} runs finished/s = {rate / put64:.3f}x put64")
     for name, seconds_used in used.items():
@@ -279,4 +315,5 @@ def main(seconds: float, mix: Mix) -> None:
 
 if __name__ == "__main__":
     numbers = [a for a in sys.argv[1:] if not a.startswith("--")]
-    main(float(numbers[0]) if numbers else 30.0, Mix(staged="--staged" in sys.argv))
+    parts = int(numbers[1]) if len(numbers) > 1 else 1
+    main(float(numbers[0]) if numbers else 30.0, Mix("--staged" in sys.argv, parts))
