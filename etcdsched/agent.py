@@ -22,7 +22,7 @@ from pathlib import Path
 
 from etcdsched.clock import SystemClock
 from etcdsched.config import Config
-from etcdsched.embedded import EtcdMember, EtcdTuning
+from etcdsched.embedded import COMPACT_EVERY, EtcdMember, EtcdTuning
 from etcdsched.etcd_store import EtcdStore
 from etcdsched.executor import Executor, NoopExecutor, ProcessExecutor
 from etcdsched.keys import Keys
@@ -125,7 +125,7 @@ def start_embedded_etcd(data_dir: Path, client_port: int, peer_port: int) -> Etc
         data_dir / "etcd",
         client_port,
         peer_port,
-        tuning=EtcdTuning(auto_compaction_retention=10_000, quota_backend_bytes=4 * 1024**3),
+        tuning=EtcdTuning(compact_every=COMPACT_EVERY, quota_backend_bytes=4 * 1024**3),
     )
     member.start()
     member.wait_ready(timeout=30)

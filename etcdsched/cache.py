@@ -10,6 +10,7 @@ cluster), list again and resume. Consumers read :attr:`items` and wait on
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
@@ -25,10 +26,26 @@ PAGE = 1000
 M = TypeVar("M", bound=BaseModel)
 
 
+LIST_ATTEMPTS = 3
+
+
 async def list_all(
     store: Store, start: str, end: str, keep: Callable[[str], bool] | None = None
 ) -> tuple[dict[str, KV], int]:
-    """Every key in ``[start, end)`` read page by page at one revision."""
+    """Every key in ``[start, end)`` read page by page at one revision.
+
+    A compaction that passes the pinned revision between two pages starts
+    the listing over at a fresh one; a listing that keeps losing that race
+    (it takes longer than etcd keeps history) is reported unavailable."""
+    for _ in range(LIST_ATTEMPTS):
+        with contextlib.suppress(Compacted):
+            return await _list_at_one_revision(store, start, end, keep)
+    raise StoreUnavailable(f"listing {start!r} outran compaction {LIST_ATTEMPTS} times")
+
+
+async def _list_at_one_revision(
+    store: Store, start: str, end: str, keep: Callable[[str], bool] | None
+) -> tuple[dict[str, KV], int]:
     items: dict[str, KV] = {}
     first = await store.range(start, end, limit=PAGE)
     revision = first.revision

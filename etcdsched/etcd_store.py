@@ -84,6 +84,14 @@ def _is_future_revision(exc: grpc.aio.AioRpcError) -> bool:
     return exc.code() == grpc.StatusCode.OUT_OF_RANGE and "future revision" in details
 
 
+def _is_compacted_revision(exc: grpc.aio.AioRpcError) -> bool:
+    """A read at revision R after R was compacted away: a paged listing
+    pins its first page's revision, and a compaction can pass it between
+    two pages. The listing must start over (see ``cache.list_all``)."""
+    details = exc.details() or ""
+    return exc.code() == grpc.StatusCode.OUT_OF_RANGE and "compacted" in details
+
+
 _TRANSIENT_CODES = (
     grpc.StatusCode.UNAVAILABLE,
     grpc.StatusCode.DEADLINE_EXCEEDED,
@@ -211,6 +219,8 @@ class EtcdStore:
             except grpc.aio.AioRpcError as exc:
                 if exc.code() in _TRANSIENT_CODES or _is_future_revision(exc):
                     self._raise_transport(write, exc)
+                if _is_compacted_revision(exc):
+                    raise Compacted(0) from exc
                 raise StoreRejected(f"etcd refused the request: {exc.details()}") from exc
             except _TRANSPORT_ERRORS as exc:
                 self._raise_transport(write, exc)

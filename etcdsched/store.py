@@ -187,8 +187,9 @@ class WatchBatch:
 
 
 class Compacted(Exception):
-    """The watch start revision was compacted away: re-list, then resume
-    from the revision of the listing."""
+    """The revision a watch starts from, or a paged read is pinned to, was
+    compacted away: re-list, then resume from the revision of the listing.
+    ``compact_revision`` is 0 when etcd did not say (a read)."""
 
     def __init__(self, compact_revision: int) -> None:
         super().__init__(f"revision compacted up to {compact_revision}")

@@ -28,7 +28,7 @@ from etcdsched.bench.options import BenchOptions
 from etcdsched.bench.progress import note
 from etcdsched.bench.report import render
 from etcdsched.bench.results import ScenarioResult, write_results
-from etcdsched.embedded import EtcdTuning
+from etcdsched.embedded import COMPACT_EVERY, EtcdTuning
 from etcdsched.etcd_cluster import EtcdCluster
 from etcdsched.etcd_store import EtcdOptions, EtcdStore
 
@@ -43,7 +43,6 @@ RUNNERS: dict[str, Scenario] = {
     "failover": failover.run,
 }
 QUOTA_BYTES = 8 * 1024**3  # a million stored jobs take ~3 GB before compaction
-COMPACTION_RETENTION = 100_000  # revisions
 
 
 def main(options: BenchOptions) -> int:
@@ -84,7 +83,7 @@ def _tuning(options: BenchOptions) -> EtcdTuning:
     return EtcdTuning(
         unsafe_no_fsync=not options.fsync,
         quota_backend_bytes=QUOTA_BYTES,
-        auto_compaction_retention=COMPACTION_RETENTION,
+        compact_every=COMPACT_EVERY,
     )
 
 

@@ -180,3 +180,55 @@ async def test_compacted_watch_relists_and_resumes(store: Store, key_prefix: str
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_read_at_a_compacted_revision_says_compacted(store: Store, key_prefix: str) -> None:
+    from etcdsched.store import Compacted
+
+    key = f"{key_prefix}cr"
+    old = (await store.txn([], [Ops.put(key, b"1")])).revision
+    latest = (await store.txn([], [Ops.put(key, b"2")])).revision
+    etcd = store.inner if isinstance(store, CoalescingStore) else store
+    assert isinstance(etcd, EtcdStore)
+    await etcd.compact(latest)
+    with pytest.raises(Compacted):
+        await store.range(key, revision=old)
+
+
+class _CompactsAfterFirstPages:
+    """A real store that compacts etcd right after each of the first
+    ``times`` listings' first page: the race a paged listing can lose."""
+
+    def __init__(self, etcd: EtcdStore, times: int) -> None:
+        self.etcd, self.times = etcd, times
+
+    async def range(self, start: str, end: str | None = None, **kw: object) -> object:
+        page = await self.etcd.range(start, end, **kw)  # type: ignore[arg-type]
+        if self.times and not kw.get("revision"):
+            self.times -= 1
+            mark = await self.etcd.txn([], [Ops.put(start + "~mark", b"")])
+            await self.etcd.compact(mark.revision)
+        return page
+
+
+@pytest.mark.parametrize("compactions", [1, 3])
+async def test_a_listing_that_a_compaction_overtakes_starts_over(
+    etcd_endpoints: list[str], key_prefix: str, monkeypatch: pytest.MonkeyPatch, compactions: int
+) -> None:
+    from etcdsched import cache
+    from etcdsched.errors import StoreUnavailable
+
+    etcd = await EtcdStore.connect(EtcdOptions(endpoints=tuple(etcd_endpoints)))
+    try:
+        prefix = f"{key_prefix}paged/"
+        await etcd.txn([], [Ops.put(f"{prefix}{i:02d}", b"x") for i in range(10)])
+        monkeypatch.setattr(cache, "PAGE", 3)
+        racing = _CompactsAfterFirstPages(etcd, compactions)
+        if compactions < cache.LIST_ATTEMPTS:
+            items, _ = await cache.list_all(racing, prefix, prefix + "~")  # type: ignore[arg-type]
+            assert sorted(items) == [f"{prefix}{i:02d}" for i in range(10)]
+        else:
+            with pytest.raises(StoreUnavailable, match="outran compaction"):
+                await cache.list_all(racing, prefix, prefix + "~")  # type: ignore[arg-type]
+    finally:
+        await etcd.close()
