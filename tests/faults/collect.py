@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
+from etcdsched.cache import list_all
 from etcdsched.errors import EtcdschedError
 from etcdsched.jobs import JobService
 from etcdsched.keys import Keys
@@ -31,7 +32,6 @@ from tests.faults.checker import History
 from tests.support.ledgerfile import pid_alive, read_ledger_tolerant
 
 log = logging.getLogger(__name__)
-PAGE = 500
 T = TypeVar("T")
 
 
@@ -64,16 +64,10 @@ async def retrying(make: Callable[[], Awaitable[T]], attempts: int = 20) -> T:
 
 
 async def read_all(store: Store, prefix: str) -> list[KV]:
-    """Every key under ``prefix``, in pages, all at the first page's revision."""
-    start, end, revision = prefix, prefix_end(prefix), 0
-    found: list[KV] = []
-    while True:
-        page = await store.range(start, end, limit=PAGE, revision=revision)
-        revision = revision or page.revision
-        found += page.kvs
-        if not page.more or not page.kvs:
-            return found
-        start = page.kvs[-1].key + "\0"
+    """Every key under ``prefix``, in key order, all at one revision (a
+    listing that a compaction overtakes starts over)."""
+    items, _ = await list_all(store, prefix, prefix_end(prefix))
+    return list(items.values())
 
 
 async def pause_all(store: Store, keys: Keys, jobs: JobService) -> int:

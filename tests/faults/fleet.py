@@ -14,12 +14,14 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from etcdsched.embedded import EtcdMember, EtcdTuning
+from etcdsched.embedded import COMPACT_EVERY, EtcdMember, EtcdTuning
 from etcdsched.etcd_cluster import EtcdCluster
 from tests.support.procs import AgentProcess, agent_env
 
 log = logging.getLogger(__name__)
-ETCD_TUNING = EtcdTuning(unsafe_no_fsync=True, auto_compaction_retention=100_000)
+ETCD_TUNING = EtcdTuning(unsafe_no_fsync=True, compact_every=COMPACT_EVERY)
+"""Compacts like ``etcdsched up`` (ADR 0015), so watches and listings that
+a compaction overtakes are part of what the faults exercise."""
 
 
 @dataclass
