@@ -23,10 +23,9 @@ from etcdsched.store import KV, Compacted, Event, Store, prefix_end
 
 log = logging.getLogger(__name__)
 PAGE = 1000
-M = TypeVar("M", bound=BaseModel)
-
-
 LIST_ATTEMPTS = 3
+"""Listings a compaction may overtake in a row before ``list_all`` gives up."""
+M = TypeVar("M", bound=BaseModel)
 
 
 async def list_all(

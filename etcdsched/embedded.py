@@ -28,12 +28,13 @@ from typing import Any, Literal
 
 _HOST = "127.0.0.1"
 _POLL_INTERVAL = 0.05
-# urllib honours http_proxy/HTTP_PROXY; a proxy must never sit between us and a
-# server on loopback, so this opener ignores the environment's proxy settings.
 COMPACT_EVERY = "10s"
 """How often the etcd that etcdsched starts itself (``etcdsched up``, the
-benchmark) compacts its history, keeping that much: deleted keys' history
-makes every read and write dearer until it is compacted (ADR 0015)."""
+benchmark, the fault harness) compacts its history, keeping that much:
+deleted keys' history makes every read and write dearer until it is
+compacted (ADR 0015)."""
+# urllib honours http_proxy/HTTP_PROXY; a proxy must never sit between us and a
+# server on loopback, so this opener ignores the environment's proxy settings.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
@@ -91,9 +92,6 @@ class EtcdTuning:
 
     heartbeat_interval_ms: int = 50
     election_timeout_ms: int = 500
-    #: Keep this many revisions (``--auto-compaction-mode revision``: etcd
-    #: compacts every five minutes); None = off.
-    auto_compaction_retention: int | None = None
     #: Compact every period, keeping that much history (``--auto-compaction-mode
     #: periodic``, e.g. ``"10s"``); None = off. See ADR 0015.
     compact_every: str | None = None
@@ -109,11 +107,6 @@ class EtcdTuning:
             "--logger", "zap",
             "--log-level", self.log_level,
         ]  # fmt: skip
-        if self.auto_compaction_retention is not None and self.compact_every is not None:
-            raise ValueError("choose revision or periodic compaction, not both")
-        if self.auto_compaction_retention is not None:
-            args += ["--auto-compaction-mode", "revision"]
-            args += ["--auto-compaction-retention", str(self.auto_compaction_retention)]
         if self.compact_every is not None:
             args += ["--auto-compaction-mode", "periodic"]
             args += ["--auto-compaction-retention", self.compact_every]

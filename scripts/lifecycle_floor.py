@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from etcdsched.bench.env import cpu_seconds
-from etcdsched.bench.raw import _measure
+from etcdsched.bench.raw import measure_puts
 from etcdsched.embedded import EtcdTuning
 from etcdsched.etcd_cluster import EtcdCluster
 from etcdsched.etcd_store import EtcdOptions, EtcdStore
@@ -275,7 +275,7 @@ def _run_worker(endpoint: str, seconds: float, mix: Mix) -> None:
 async def _put64(endpoint: str) -> float:
     store = await _connect(endpoint)
     try:
-        return (await _measure(store, Keys("/raw/"), b"x" * 256, 64, 1, 10))["puts_per_s"]
+        return (await measure_puts(store, Keys("/raw/"), b"x" * 256, 64, 1, 10))["puts_per_s"]
     finally:
         await store.close()
 

@@ -28,7 +28,7 @@ PLAN = (  # (label, transactions in flight, puts per transaction)
 KEY_SPACE = 10_000  # keys are overwritten in a ring, so the database stays small
 
 
-async def _measure(
+async def measure_puts(
     store: Store, keys: Keys, value: bytes, in_flight: int, ops_per_txn: int, seconds: float
 ) -> dict[str, float]:
     """Send transactions of ``ops_per_txn`` puts from ``in_flight`` loops for
@@ -73,7 +73,7 @@ async def run(ctx: BenchContext) -> ScenarioResult:
         for label, in_flight, per_txn in plan:
             note(f"raw: {label} for {opts.raw_seconds:g}s")
             before = sample(groups)
-            m = await _measure(store, keys, value, in_flight, per_txn, opts.raw_seconds)
+            m = await measure_puts(store, keys, value, in_flight, per_txn, opts.raw_seconds)
             puts = round(m["puts_per_s"] * (time.monotonic() - before.wall_s))
             cpu = per_unit_ms(before, sample(groups), puts)
             measured[label] = {**m, "etcd_cpu_ms": cpu["etcd"], "client_cpu_ms": cpu["benchmark"]}
