@@ -153,6 +153,10 @@ def close_writes(mix: Mix, rids: list[str]) -> tuple[list[Compare], list[Op]]:
     return compares, ops
 
 
+def _chunks(items: list[str], size: int) -> list[list[str]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
 async def _connect(endpoint: str) -> EtcdStore:
     return await EtcdStore.connect(EtcdOptions(endpoints=(endpoint,)))
 
@@ -194,11 +198,8 @@ class SchedulerDriver:
         while True:
             await self.queued_more.wait()
             self.queued_more.clear()
-            while self.queued:
-                batch, self.queued = (
-                    self.queued[: self.mix.per_place],
-                    self.queued[self.mix.per_place :],
-                )
+            queued, self.queued = self.queued, []
+            for batch in _chunks(queued, self.mix.per_place):
                 await self.store.txn(*place_writes(self.mix, batch))
 
     async def follow(self, prefix: str, since: int) -> None:
@@ -236,8 +237,8 @@ class WorkerDriver:
     async def claim_and_close(self, rids: list[str]) -> None:
         async with self.lanes:
             await self.store.txn(*claim_writes(rids, self.lease))
-        for first in range(0, len(rids), self.mix.per_close):
-            closing = close_writes(self.mix, rids[first : first + self.mix.per_close])
+        for batch in _chunks(rids, self.mix.per_close):
+            closing = close_writes(self.mix, batch)
             async with self.lanes:
                 await self.store.txn(*closing)
 
@@ -247,8 +248,7 @@ class WorkerDriver:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(seconds + 5):
                 async for rids in _put_rids(self.store, f"{P}assign/w1/", since):
-                    for first in range(0, len(rids), self.mix.per_claim):
-                        batch = rids[first : first + self.mix.per_claim]
+                    for batch in _chunks(rids, self.mix.per_claim):
                         tasks.append(asyncio.create_task(self.claim_and_close(batch)))
         await asyncio.gather(*tasks, return_exceptions=True)
 
