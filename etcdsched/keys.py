@@ -193,11 +193,6 @@ class Keys:
         return QueueKey(int(pp), int(rank), int(nb), rid)
 
     # -- ownership and membership ---------------------------------------
-    def partition_roots(self) -> tuple[str, ...]:
-        """The key families kept per partition (due index, active runs,
-        queue): the prefixes a scheduler watches one partition at a time."""
-        return tuple(f"{self.prefix}{family}/" for family in ("due", "active", "queue"))
-
     def owners_prefix(self) -> str:
         return f"{self.prefix}owners/"
 

@@ -38,7 +38,6 @@ from etcdsched.retention import RetentionSweeper
 from etcdsched.runs import cancel_run
 from etcdsched.session import RenewerFactory, Session
 from etcdsched.store import Cmp, Ops, Store
-from etcdsched.watch_hub import SharedWatchStore
 
 log = logging.getLogger(__name__)
 FIRING_IN_PARALLEL = 2
@@ -86,8 +85,6 @@ class SchedulerService:
         """``renew_store`` moves lease renewal to its own thread and
         connection (``etcdsched.session``): an overloaded scheduler keeps
         its partitions instead of losing them all and re-listing."""
-        # partitions' caches share one etcd watch per key family (ADR 0016)
-        store = SharedWatchStore(store, keys.partition_roots())
         self.config = config
         self.store = store
         self.renew_store = renew_store

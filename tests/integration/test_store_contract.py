@@ -1,6 +1,5 @@
-"""The store contract, against a real etcd: directly, through the
-coalescing wrapper the worker uses and through the shared-watch wrapper the
-scheduler uses (each must be indistinguishable)."""
+"""The store contract, against a real etcd: directly and through the
+coalescing wrapper the worker uses (it must be indistinguishable)."""
 
 from __future__ import annotations
 
@@ -14,20 +13,13 @@ import pytest_asyncio
 from etcdsched.coalesce import CoalescingStore
 from etcdsched.etcd_store import EtcdOptions, EtcdStore
 from etcdsched.store import Cmp, Ops, Store
-from etcdsched.watch_hub import SharedWatchStore
 from tests.support.eventually import assert_eventually
 
 
-@pytest_asyncio.fixture(loop_scope="session", params=["direct", "coalescing", "shared-watch"])
-async def store(
-    request: pytest.FixtureRequest, etcd_endpoints: list[str], key_prefix: str
-) -> AsyncIterator[Store]:
+@pytest_asyncio.fixture(loop_scope="session", params=["direct", "coalescing"])
+async def store(request: pytest.FixtureRequest, etcd_endpoints: list[str]) -> AsyncIterator[Store]:
     direct = await EtcdStore.connect(EtcdOptions(endpoints=tuple(etcd_endpoints)))
-    s: Store = direct
-    if request.param == "coalescing":
-        s = CoalescingStore(direct)
-    elif request.param == "shared-watch":
-        s = SharedWatchStore(direct, [key_prefix])  # every watch below is shared
+    s: Store = direct if request.param == "direct" else CoalescingStore(direct)
     try:
         yield s
     finally:
@@ -165,7 +157,7 @@ async def test_compacted_watch_relists_and_resumes(store: Store, key_prefix: str
     await store.txn([], [Ops.put(prefix + "b", b"2")])
     await store.txn([], [Ops.delete(prefix + "a")])
     latest = (await store.txn([], [Ops.put(prefix + "c", b"3")])).revision
-    etcd = getattr(store, "inner", store)
+    etcd = store.inner if isinstance(store, CoalescingStore) else store
     assert isinstance(etcd, EtcdStore)
     await etcd.compact(latest)
     with pytest.raises(Compacted):
@@ -196,7 +188,7 @@ async def test_a_read_at_a_compacted_revision_says_compacted(store: Store, key_p
     key = f"{key_prefix}cr"
     old = (await store.txn([], [Ops.put(key, b"1")])).revision
     latest = (await store.txn([], [Ops.put(key, b"2")])).revision
-    etcd = getattr(store, "inner", store)
+    etcd = store.inner if isinstance(store, CoalescingStore) else store
     assert isinstance(etcd, EtcdStore)
     await etcd.compact(latest)
     with pytest.raises(Compacted):
