@@ -98,8 +98,13 @@ class WorkerBatcher:
         self.keys = keys
         self.view = view
         self.pending: list[AssignRequest] = []
-        self._writing: list[AssignRequest] = []
         self._committer: asyncio.Task[None] | None = None
+        self._undecided = NOTHING
+        """What the requests handed to this batcher and not yet decided
+        take in total, kept as they come and go: a placement pass asks for
+        it once per worker, and summing thousands of queued requests each
+        time made placement slower the further behind it fell."""
+        self._undecided_count = 0
 
     def observe(self, view: WorkerView) -> None:
         """A view from the caches: newer assignments, or a changed member record."""
@@ -111,12 +116,13 @@ class WorkerBatcher:
         """The view with every run handed to this batcher and not yet
         decided counted as placed: a placement pass that starts while the
         previous pass's runs are still being written sees their slots taken."""
-        waiting = [r for r in (*self._writing, *self.pending) if not r.done.done()]
-        if not waiting:
+        if not self._undecided_count:
             return self.view
-        return self._with_requests(waiting)
+        view = self.view
+        return WorkerView(view.member, view.runs, view.revision, plus(view.total, self._undecided))
 
     async def assign(self, request: AssignRequest) -> str:
+        self._count_undecided(request)
         self.pending.append(request)
         if self._committer is None or self._committer.done():
             self._committer = asyncio.create_task(self._drain(), name=f"assign {self.worker}")
@@ -136,7 +142,7 @@ class WorkerBatcher:
     # -- committing ----------------------------------------------------------
     async def _drain(self) -> None:
         while self.pending:
-            batch = self._writing = self._take()
+            batch = self._take()
             try:
                 await self._commit(batch)
             except BaseException as exc:
@@ -154,18 +160,37 @@ class WorkerBatcher:
         seen: set[str] = set()
         rest: list[AssignRequest] = []
         ops = 1  # the epoch touch
-        for request in self.pending:
+        for index, request in enumerate(self.pending):
             if request.done.done():
                 continue
-            key, cost = request.current.key, ASSIGN_OPS + len(_queue_release(request))
-            if ops + cost <= MAX_TXN_OPS and key not in seen:
-                batch.append(request)
-                seen.add(key)
-                ops += cost
-            else:
+            cost = ASSIGN_OPS + (1 if request.current.value.queue_key else 0)
+            if ops + cost > MAX_TXN_OPS:  # full: the rest wait, in order, unexamined
+                rest += self.pending[index:]
+                break
+            if request.current.key in seen:
                 rest.append(request)
+                continue
+            batch.append(request)
+            seen.add(request.current.key)
+            ops += cost
         self.pending = rest
         return batch
+
+    def _count_undecided(self, request: AssignRequest) -> None:
+        """Count ``request`` in ``_undecided`` until it is decided. Its
+        callback runs a moment after the decision: a placed run is then
+        briefly counted twice (in the view too), which only leaves room
+        unused for that moment; it is never counted in neither."""
+        need = request.current.value.spec.resources
+        self._undecided = plus(self._undecided, need)
+        self._undecided_count += 1
+
+        def decided(_: asyncio.Future[str]) -> None:
+            self._undecided_count -= 1
+            # exact again whenever nothing waits, so float sums cannot drift
+            self._undecided = plus(self._undecided, need, -1) if self._undecided_count else NOTHING
+
+        request.done.add_done_callback(decided)
 
     async def _commit(self, batch: list[AssignRequest]) -> None:
         for _ in range(TRIES):
