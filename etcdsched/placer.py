@@ -75,8 +75,9 @@ class PartitionPlacer:
         mod_revision, until the watch delivers their deletion: the cache is
         never edited by hand (a relist could then miss a delete for good)."""
         self._sorted: list[str] = []
-        """Queue keys in order, kept by insertion; deleted keys are skipped
-        and swept out once they are half of it (no full sort per pass)."""
+        """Queue keys in order, kept by insertion, but for those being
+        written (``submit``); deleted keys are skipped and swept out once
+        they are half of it (no full sort per pass)."""
         self._on_change = on_change
         self._soonest_new: int | None = None
         """The earliest not-before among keys queued since the placement
@@ -239,11 +240,33 @@ class PartitionPlacer:
         request = AssignRequest(
             self.partition, self.ownership.guard(self.partition), current, now_ms
         )
-        outcome = await self.assigner.assign(worker, request)
+        queue_key = current.value.queue_key or ""
+        self._hold(queue_key)
+        outcome = ""
+        try:
+            outcome = await self.assigner.assign(worker, request)
+        finally:
+            self._release(queue_key, placed=outcome == ASSIGNED)
         if outcome == ASSIGNED:
-            self._mark_gone(current.value.queue_key or "")
+            self._mark_gone(queue_key)
             self.placed += 1
         return outcome
+
+    def _hold(self, queue_key: str) -> None:
+        """Take a key being written out of what passes walk: with a worker's
+        batcher behind, thousands of them sat at the head of the queue and
+        every pass walked past each (a tenth of the scheduler's CPU)."""
+        at = bisect.bisect_left(self._sorted, queue_key)
+        if at < len(self._sorted) and self._sorted[at] == queue_key:
+            del self._sorted[at]
+
+    def _release(self, queue_key: str, placed: bool) -> None:
+        """Walk the key again unless it was placed (its delete is on its way)."""
+        if placed or queue_key not in self._not_before:
+            return
+        at = bisect.bisect_left(self._sorted, queue_key)
+        if at == len(self._sorted) or self._sorted[at] != queue_key:
+            self._sorted.insert(at, queue_key)
 
     @staticmethod
     def _past_deadline(run: RunRecord, now_ms: int) -> bool:
