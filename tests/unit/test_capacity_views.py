@@ -1,16 +1,20 @@
 """Worker capacity bookkeeping (pure): the index keeps each worker's total
-as assignments come, change and go, and views carry totals instead of
-summing thousands of runs."""
+as assignments come, change and go, views carry totals instead of
+summing thousands of runs, and a worker's batcher keeps the total of the
+requests it has not decided yet."""
 
 from __future__ import annotations
 
-from etcdsched.assigner import CapacityIndex
+import asyncio
+from typing import cast
+
+from etcdsched.assigner import ASSIGN_OPS, ASSIGNED, AssignRequest, CapacityIndex, WorkerBatcher
 from etcdsched.codec import encode
 from etcdsched.keys import Keys, run_id
-from etcdsched.models import Assignment, WorkerMember
-from etcdsched.placement import WorkerView
+from etcdsched.models import Assignment, RunRecord, WorkerMember
+from etcdsched.placement import NOTHING, WorkerView
 from etcdsched.spec import Capacity, Resources
-from etcdsched.store import KV, Event
+from etcdsched.store import KV, MAX_TXN_OPS, Cmp, Event, Store, Versioned
 
 K = Keys("/t/")
 
@@ -47,3 +51,50 @@ def test_a_view_uses_its_carried_total_and_with_run_adds_to_it() -> None:
     assert summed.free().slots == 7 and carried.free().slots == 3
     assert carried.with_run("r9", Resources(slots=2)).free().slots == 1
     assert carried.free().slots == 3  # with_run leaves the original alone
+
+
+def request_for(rid: str, slots: int, queued: bool = True) -> AssignRequest:
+    run = RunRecord.model_validate(
+        {
+            "id": rid,
+            "job_id": "j",
+            "tenant": "default",
+            "partition": 0,
+            "slot_ms": 1,
+            "not_before_ms": 1,
+            "spec": {
+                "trigger": {"kind": "now"},
+                "execution": {"argv": ["true"]},
+                "resources": {"slots": slots},
+            },
+            "job_version": 1,
+            "created_ms": 0,
+            "updated_ms": 0,
+            "queue_key": f"/t/queue/{rid}" if queued else None,
+        }
+    )
+    return AssignRequest(0, Cmp.exists("/t/owner"), Versioned(K.run(rid), run, 1, 1, 1), 0)
+
+
+async def test_a_batcher_counts_undecided_requests_as_placed_until_decided() -> None:
+    batcher = WorkerBatcher(cast(Store, None), K, WorkerView(member(10), {}, 5, NOTHING))
+    one, two = request_for(run_id("j", f"{1:014d}"), 2), request_for(run_id("j", f"{2:014d}"), 3)
+    for request in (one, two):
+        batcher._count_undecided(request)
+    assert batcher.planned().free().slots == 5
+    one.resolve(ASSIGNED)
+    await asyncio.sleep(0)  # decided: counted no more (the view counts it once placed)
+    assert batcher.planned().free().slots == 7  # only the second one left
+    two.done.cancel()
+    await asyncio.sleep(0)
+    assert batcher.planned() is batcher.view
+
+
+async def test_a_batch_stops_at_the_transaction_limit_and_the_rest_keep_their_order() -> None:
+    batcher = WorkerBatcher(cast(Store, None), K, WorkerView(member(10), {}, 5, NOTHING))
+    rids = [run_id("j", f"{i:014d}") for i in range(40)]
+    batcher.pending = [request_for(rid, 1) for rid in rids]
+    batch = batcher._take()
+    per_run = ASSIGN_OPS + 1  # with its queue entry's delete
+    assert len(batch) == (MAX_TXN_OPS - 1) // per_run  # the epoch touch takes one op
+    assert [r.current.key for r in batch + batcher.pending] == [K.run(rid) for rid in rids]

@@ -135,3 +135,16 @@ def test_the_placement_loop_gathers_unless_a_new_run_is_due_soon() -> None:
     assert gather_wait_s(3000, 0) == GATHER_S  # fired ahead, as slots are
     assert gather_wait_s(3000, 2500) == 0.0  # due within URGENT_MS: no wait
     assert gather_wait_s(-5, 0) == 0.0  # run now
+
+
+def test_a_run_being_written_is_out_of_the_walk_until_its_batch_is_decided() -> None:
+    p = placer()
+    first = queued(p, "a@00000000000100", 100, 1)
+    second = queued(p, "b@00000000000200", 200, 2)
+    p._hold(first)  # handed to its worker's batcher
+    assert [k for _, _, k in p.ready_keys(1000)] == [second]
+    p._release(first, placed=False)  # e.g. the worker was full: look again
+    assert [k for _, _, k in p.ready_keys(1000)] == [first, second]
+    p._hold(second)
+    p._release(second, placed=True)  # its delete is on its way: not walked meanwhile
+    assert [k for _, _, k in p.ready_keys(1000)] == [first]
