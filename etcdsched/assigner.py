@@ -33,22 +33,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from etcdsched.codec import CorruptRecord
+from etcdsched.capacity import with_assignments
 from etcdsched.errors import OutcomeUnknown, StoreRejected, StoreUnavailable
 from etcdsched.keys import Keys
 from etcdsched.models import ActivePointer, Assignment, RunRecord, assign_attempt
 from etcdsched.placement import NOTHING, WorkerView, fits, plus, total_of
-from etcdsched.spec import Resources
 from etcdsched.statemachine import RunState, transition
 from etcdsched.store import (
-    KV,
     MAX_TXN_OPS,
     Cmp,
     Compare,
-    Event,
     Op,
     Ops,
     Store,
@@ -245,7 +241,7 @@ class WorkerBatcher:
             page = await self.store.range(self.keys.assign_prefix(self.worker))
         except StoreUnavailable:
             return False
-        self.view = _with_assignments(self.view, page.kvs, page.revision)
+        self.view = with_assignments(self.view, page.kvs, page.revision)
         return True
 
     def _with_requests(self, requests: list[AssignRequest]) -> WorkerView:
@@ -308,7 +304,7 @@ class WorkerBatcher:
         partitions = list(dict.fromkeys(r.partition for r in batch))
         owners = dict(zip(partitions, rest, strict=False))
         runs = rest[len(partitions) :]
-        self.view = _with_assignments(self.view, assign_kvs, result.revision)
+        self.view = with_assignments(self.view, assign_kvs, result.revision)
         if not epoch_kvs:
             self._resolve_all(batch, GONE)
             return []
@@ -337,26 +333,6 @@ def _queue_release(request: AssignRequest) -> list[Op]:
     """The delete of the run's queue entry, if it waited in the queue."""
     queue_key = request.current.value.queue_key
     return [Ops.delete(queue_key)] if queue_key else []
-
-
-def _with_assignments(view: WorkerView, kvs: list[KV], revision: int) -> WorkerView:
-    """``view`` with the worker's assignments as read at ``revision``."""
-    runs = dict(_run_resources(kv) for kv in kvs)
-    return WorkerView(view.member, runs, revision)
-
-
-FILLS_A_WORKER = Resources.model_construct(slots=10**9, cpu=1e9, memory_mb=10**12, gpu=10**6)
-
-
-def _run_resources(kv: KV) -> tuple[str, Resources]:
-    """The run an assignment is for and what it takes; one that does not
-    decode fills its worker (never under-count a worker's load)."""
-    try:
-        assignment = kv.decode(Assignment).value
-    except CorruptRecord as exc:
-        log.error("%s; its worker counts as full", exc)
-        return kv.key, FILLS_A_WORKER
-    return assignment.run_id, assignment.resources
 
 
 class Assigner:
@@ -390,42 +366,3 @@ class Assigner:
         for wid in [w for w in self._batchers if w not in live]:
             with contextlib.suppress(Exception):
                 await self._batchers.pop(wid).close()
-
-
-class CapacityIndex:
-    """What is placed on each worker, decoded once per change from the
-    scheduler's cache of ``assign/`` (fed by its ``on_event``), with each
-    worker's total kept up to date as assignments come and go."""
-
-    def __init__(self, keys: Keys) -> None:
-        self.keys = keys
-        self._runs: dict[str, dict[str, Resources]] = {}
-        self._used: dict[str, Resources] = {}
-
-    def on_event(self, event: Event) -> None:
-        """Never raises: the cache would die with it, and relisting past an
-        assignment the index lacks would let the capacity compare pass on a
-        full worker. A key or value that does not decode counts as filling
-        its worker."""
-        try:
-            worker, rid = self.keys.parse_assign(event.kv.key)
-        except ValueError:
-            log.error("assignment key %s does not parse; ignored", event.kv.key)
-            return
-        runs = self._runs.setdefault(worker, {})
-        used = self._used.get(worker, NOTHING)
-        before = runs.pop(rid, None)
-        if before is not None:
-            used = plus(used, before, -1)
-        if event.kind != "delete":
-            runs[rid] = _run_resources(event.kv)[1]
-            used = plus(used, runs[rid])
-        self._used[worker] = used
-
-    def runs(self, worker: str) -> Mapping[str, Resources]:
-        """The worker's runs and their resources, live (see ``WorkerView``)."""
-        return self._runs.get(worker, {})
-
-    def used(self, worker: str) -> Resources:
-        """What the worker's runs take in total."""
-        return self._used.get(worker, NOTHING)

@@ -19,9 +19,10 @@ import itertools
 import logging
 from collections.abc import Callable, Iterator
 
-from etcdsched.assigner import ASSIGNED, Assigner, CapacityIndex
+from etcdsched.assigner import ASSIGNED, Assigner
 from etcdsched.backpressure import FiringBrake
 from etcdsched.cache import ChangeSignal, PrefixCache, Seen, versions, wait_any_change
+from etcdsched.capacity import CapacityIndex
 from etcdsched.clock import Clock
 from etcdsched.codec import CorruptRecord
 from etcdsched.errors import EtcdschedError, OwnershipLost

@@ -19,8 +19,9 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from etcdsched.assigner import Assigner, CapacityIndex
+from etcdsched.assigner import Assigner
 from etcdsched.cache import PrefixCache, versions, wait_any_change
+from etcdsched.capacity import CapacityIndex
 from etcdsched.clock import Clock
 from etcdsched.config import Config
 from etcdsched.errors import EtcdschedError, OwnershipLost, StoreUnavailable

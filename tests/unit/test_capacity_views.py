@@ -8,7 +8,8 @@ from __future__ import annotations
 import asyncio
 from typing import cast
 
-from etcdsched.assigner import ASSIGN_OPS, ASSIGNED, AssignRequest, CapacityIndex, WorkerBatcher
+from etcdsched.assigner import ASSIGN_OPS, ASSIGNED, AssignRequest, WorkerBatcher
+from etcdsched.capacity import CapacityIndex
 from etcdsched.codec import encode
 from etcdsched.keys import Keys, run_id
 from etcdsched.models import Assignment, RunRecord, WorkerMember
