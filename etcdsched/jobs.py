@@ -1,4 +1,5 @@
-"""Job lifecycle: create, read, update, pause, resume, delete, trigger, backfill.
+"""Job lifecycle: create, read, update, pause, resume, delete (trigger and
+backfill are in ``etcdsched.job_runs``).
 
 Each operation is one transaction. The compares that recur:
 
@@ -23,9 +24,10 @@ from typing import Literal, TypeVar
 
 from etcdsched.clock import Clock
 from etcdsched.errors import Conflict, InvalidInput, NotFound, OutcomeUnknown
+from etcdsched.job_runs import ManualRuns, origin_of
 from etcdsched.keys import KeyError_, Keys, validate_job_id
-from etcdsched.models import DueEntry, JobRecord, RunRecord, SkipRecord
-from etcdsched.runs import RunOps, RunOrigin, new_run
+from etcdsched.models import DueEntry, JobRecord, SkipRecord
+from etcdsched.runs import RunOps, new_run
 from etcdsched.spec import JobSpec
 from etcdsched.store import KV, Cmp, Compare, Op, Ops, Store, Versioned
 from etcdsched.triggers import count_slots_between, next_slot, slots_between
@@ -63,7 +65,7 @@ def due_entry(
     )
 
 
-class JobService:
+class JobService(ManualRuns):
     def __init__(self, store: Store, keys: Keys, clock: Clock, partitions: int) -> None:
         self.store = store
         self.keys = keys
@@ -332,7 +334,7 @@ class JobService:
         ops: list[Op] = []
         skipped_last, skipped_count = last, count
         if catch_up == "run_once":
-            run = new_run(self._origin(job), last, now, self.partitions, coalesced=count - 1)
+            run = new_run(origin_of(job), last, now, self.partitions, coalesced=count - 1)
             ops += self.runs.create(run)[2]  # (stored run, compares, ops)
             skipped_count -= 1
             skipped_last = last - 1
@@ -347,10 +349,6 @@ class JobService:
             )
             ops.append(Ops.put(self.keys.skip(job.id, prev.slot_ms), record))
         return ops
-
-    @staticmethod
-    def _origin(job: JobRecord) -> RunOrigin:
-        return RunOrigin(job.id, job.spec, job.version)
 
     async def delete(self, job_id: str) -> list[str]:
         """Remove the job and its due entry; history stays until retention.
@@ -367,56 +365,6 @@ class JobService:
         result = await self.store.txn(compares, ops, [Ops.get(state.job.key)])
         if not result.succeeded:
             raise self._failure(state, result.responses)
-
-    async def active_run_ids(self, job_id: str) -> list[str]:
-        prefix = self.keys.active_prefix(self.partition(job_id), job_id)
-        page = await self.store.range(prefix, keys_only=True)
-        return [self.keys.parse_active(kv.key)[1].run_id for kv in page.kvs]
-
-    # -- running now -------------------------------------------------------
-    async def trigger(self, job_id: str, force: bool = False) -> RunRecord:
-        """A manual run now. Works while paused. Obeys the overlap policy
-        (``skip`` refuses while a run is active) unless ``force``.
-
-        Compares: the run key is absent (its id is the instant plus ``-m``),
-        the job still exists, and for ``skip`` the job has no active run. The
-        job key itself is not written: its etcd version is what due entries
-        compare, so touching it would invalidate the job's pending slot."""
-        job = await self.get(job_id)
-        now = self.clock.now_ms()
-        run = new_run(self._origin(job), now, now, self.partitions, kind="manual", tag="m")
-        _, compares, ops = self.runs.create(run)
-        compares.append(Cmp.exists(self.keys.job(job_id)))
-        if job.spec.overlap == "skip" and not force:
-            compares.append(Cmp.prefix_empty(self.keys.active_prefix(run.partition, job_id)))
-        result = await self.store.txn(compares, ops)
-        if not result.succeeded:
-            if job.spec.overlap == "skip" and not force and await self.active_run_ids(job_id):
-                raise Conflict(
-                    f"job {job_id} has an active run and overlap is 'skip'; use force",
-                    field="force",
-                )
-            raise Conflict(f"job {job_id} changed concurrently; retry", field="job_id")
-        return (await self.runs.load(self.store, run.id)).value
-
-    async def backfill(
-        self, job_id: str, start_ms: int, end_ms: int, limit: int = 1000
-    ) -> list[str]:
-        """Runs for every slot in [start, end] that has no run yet."""
-        if end_ms < start_ms:
-            raise InvalidInput("end must not be before start", field="end")
-        job = await self.get(job_id)
-        slots = slots_between(job.spec.trigger, start_ms - 1, end_ms, job.anchor_ms, limit + 1)
-        if len(slots) > limit:
-            raise InvalidInput(f"more than {limit} slots in range", field="end")
-        now = self.clock.now_ms()
-        created: list[str] = []
-        for slot in slots:
-            run = new_run(self._origin(job), slot, now, self.partitions, kind="backfill")
-            _, compares, ops = self.runs.create(run)
-            if (await self.store.txn(compares, ops)).succeeded:
-                created.append(run.id)
-        return created
 
     async def record_kv(self, kv: KV) -> JobRecord:
         return kv.decode(JobRecord).value
