@@ -10,13 +10,9 @@ Human-readable tables by default; ``--output json`` for scripts.
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
 import aiohttp
@@ -25,6 +21,7 @@ import click
 from etcdsched import cli_support as out
 from etcdsched.api.auth import Role
 from etcdsched.bench.command import bench
+from etcdsched.cli_processes import agent, up
 from etcdsched.client import Client, SyncClient
 from etcdsched.errors import EtcdschedError
 
@@ -365,52 +362,7 @@ def tenant_set(
     out.emit(cli.output, view, out.fields(list(view.limits.model_dump().items())))
 
 
-# -- processes -------------------------------------------------------------------
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level.upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-
-
-@main.command()
-@click.option(
-    "--data-dir", type=click.Path(path_type=Path), default=Path(".etcdsched"), show_default=True
-)
-@click.option("--etcd", help="Use this etcd cluster (host:port,...) instead of an embedded one.")
-@click.option("--host", default="127.0.0.1", show_default=True, help="API listen address.")
-@click.option("--port", type=int, default=8080, show_default=True, help="API port.")
-@click.option("--log-level", default="info", show_default=True)
-def up(data_dir: Path, etcd: str | None, host: str, port: int, log_level: str) -> None:
-    """Embedded etcd plus one agent with every role (API on 127.0.0.1:8080)."""
-    from etcdsched.agent import run_up
-    from etcdsched.config import Config
-
-    _setup_logging(log_level)
-    config = Config(api_host=host, api_port=port)
-    asyncio.run(run_up(config, data_dir, etcd))
-
-
-@main.command()
-@click.option(
-    "--role",
-    "roles",
-    multiple=True,
-    required=True,
-    type=click.Choice(["scheduler", "worker", "api"]),
-    help="Repeatable.",
-)
-@click.option("--etcd", help="etcd endpoints host:port,... (default: ETCDSCHED_ETCD).")
-@click.option("--log-level", default="info", show_default=True)
-def agent(roles: tuple[str, ...], etcd: str | None, log_level: str) -> None:
-    """A long-running process with the given roles (settings from ETCDSCHED_*)."""
-    from etcdsched.agent import run_agent
-    from etcdsched.config import Config
-
-    _setup_logging(log_level)
-    config = Config() if etcd is None else Config(etcd=etcd)
-    asyncio.run(run_agent(config, set(roles)))
-
-
+# -- processes (``etcdsched.cli_processes``) and the benchmark ------------------
+main.add_command(up)
+main.add_command(agent)
 main.add_command(bench)  # etcdsched.bench.command imports only click; the rest is lazy
