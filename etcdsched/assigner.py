@@ -150,8 +150,8 @@ class WorkerBatcher:
 
     def _take(self) -> list[AssignRequest]:
         """Requests still awaited, one per run, as many as the epoch touch
-        and their ops fit in ``MAX_TXN_OPS`` (29 runs, fewer when some
-        leave the queue)."""
+        and their ops fit in ``MAX_TXN_OPS`` (39 runs, 29 when each leaves
+        the queue)."""
         batch: list[AssignRequest] = []
         seen: set[str] = set()
         rest: list[AssignRequest] = []
@@ -159,7 +159,7 @@ class WorkerBatcher:
         for index, request in enumerate(self.pending):
             if request.done.done():
                 continue
-            cost = ASSIGN_OPS + (1 if request.current.value.queue_key else 0)
+            cost = _assign_cost(request)
             if ops + cost > MAX_TXN_OPS:  # full: the rest wait, in order, unexamined
                 rest += self.pending[index:]
                 break
@@ -333,6 +333,12 @@ def _queue_release(request: AssignRequest) -> list[Op]:
     """The delete of the run's queue entry, if it waited in the queue."""
     queue_key = request.current.value.queue_key
     return [Ops.delete(queue_key)] if queue_key else []
+
+
+def _assign_cost(request: AssignRequest) -> int:
+    """How many ops placing ``request`` takes: ``ASSIGN_OPS`` and its
+    :func:`_queue_release`, counted without building them."""
+    return ASSIGN_OPS + (1 if request.current.value.queue_key else 0)
 
 
 class Assigner:

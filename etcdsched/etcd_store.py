@@ -73,23 +73,18 @@ def _consume_outcome(call: asyncio.Future[Any]) -> None:
         call.exception()
 
 
-def _is_future_revision(exc: grpc.aio.AioRpcError) -> bool:
-    """A read at revision R served by a member that has not applied R yet.
+def _revision_out_of_range(exc: grpc.aio.AioRpcError, why: str) -> bool:
+    """A read pinned to revision R that etcd cannot serve at R, ``why``
+    being the word its message gives. A paged read pins its first page's
+    revision, and by the next page:
 
-    A paged read pins the first page's revision; the next page may go to
-    another member (fail-over, balancing) that is a little behind (etcd
-    issue 12561). Transient: the member catches up, so it is reported as
-    unavailable, which every caller already retries."""
-    details = exc.details() or ""
-    return exc.code() == grpc.StatusCode.OUT_OF_RANGE and "future revision" in details
-
-
-def _is_compacted_revision(exc: grpc.aio.AioRpcError) -> bool:
-    """A read at revision R after R was compacted away: a paged listing
-    pins its first page's revision, and a compaction can pass it between
-    two pages. The listing must start over (see ``cache.list_all``)."""
-    details = exc.details() or ""
-    return exc.code() == grpc.StatusCode.OUT_OF_RANGE and "compacted" in details
+    * ``"future revision"``: the page went to a member that has not
+      applied R yet (fail-over, balancing; etcd issue 12561). Transient:
+      the member catches up, so it is reported as unavailable, which every
+      caller already retries;
+    * ``"compacted"``: a compaction passed R. The listing must start over
+      (see ``cache.list_all``)."""
+    return exc.code() == grpc.StatusCode.OUT_OF_RANGE and why in (exc.details() or "")
 
 
 _TRANSIENT_CODES = (
@@ -217,9 +212,9 @@ class EtcdStore:
                     raise StoreUnavailable("etcd rejected our credentials") from None
                 await self._authenticate()
             except grpc.aio.AioRpcError as exc:
-                if exc.code() in _TRANSIENT_CODES or _is_future_revision(exc):
+                if exc.code() in _TRANSIENT_CODES or _revision_out_of_range(exc, "future revision"):
                     self._raise_transport(write, exc)
-                if _is_compacted_revision(exc):
+                if _revision_out_of_range(exc, "compacted"):
                     raise Compacted(0) from exc
                 raise StoreRejected(f"etcd refused the request: {exc.details()}") from exc
             except _TRANSPORT_ERRORS as exc:

@@ -21,7 +21,8 @@ def origin_of(job: JobRecord) -> RunOrigin:
 
 
 class ManualRuns(ABC):
-    """Trigger and backfill; the job service provides the rest."""
+    """Trigger and backfill, and where a job's keys live (its partition,
+    its active runs); the job service provides the rest."""
 
     store: Store
     keys: Keys
@@ -33,9 +34,12 @@ class ManualRuns(ABC):
     async def get(self, job_id: str) -> JobRecord:
         """The job (raises ``NotFound``)."""
 
+    def partition(self, job_id: str) -> int:
+        return partition_of(job_id, self.partitions)
+
     async def active_run_ids(self, job_id: str) -> list[str]:
         """The job's runs that are not terminal yet (its active pointers)."""
-        prefix = self.keys.active_prefix(partition_of(job_id, self.partitions), job_id)
+        prefix = self.keys.active_prefix(self.partition(job_id), job_id)
         page = await self.store.range(prefix, keys_only=True)
         return [self.keys.parse_active(kv.key)[1].run_id for kv in page.kvs]
 

@@ -179,11 +179,6 @@ class JobService(ManualRuns):
             Ops.put(self.keys.due_pointer(job.id), entry),
         ]
 
-    def partition(self, job_id: str) -> int:
-        from etcdsched.keys import partition_of
-
-        return partition_of(job_id, self.partitions)
-
     def _unschedule_ops(self, state: JobState) -> tuple[list[Compare], list[Op]]:
         """Compares and ops that remove the job's current due entry."""
         if state.due is None:

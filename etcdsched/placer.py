@@ -103,9 +103,7 @@ class PartitionPlacer:
             self._deadline_at.pop(key, None)
             self._gone.pop(key, None)
         elif key not in self._not_before:
-            at = bisect.bisect_left(self._sorted, key)
-            if at == len(self._sorted) or self._sorted[at] != key:
-                self._sorted.insert(at, key)  # absent, or left over from a delete
+            self._walk(key)  # absent, or left over from a delete
             not_before = self.keys.parse_queue(key).not_before_ms
             self._not_before[key] = not_before
             if self._soonest_new is None or not_before < self._soonest_new:
@@ -262,8 +260,11 @@ class PartitionPlacer:
 
     def _release(self, queue_key: str, placed: bool) -> None:
         """Walk the key again unless it was placed (its delete is on its way)."""
-        if placed or queue_key not in self._not_before:
-            return
+        if not placed and queue_key in self._not_before:
+            self._walk(queue_key)
+
+    def _walk(self, queue_key: str) -> None:
+        """Put ``queue_key`` in ``_sorted``, in order, unless it is there."""
         at = bisect.bisect_left(self._sorted, queue_key)
         if at == len(self._sorted) or self._sorted[at] != queue_key:
             self._sorted.insert(at, queue_key)

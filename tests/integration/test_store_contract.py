@@ -26,6 +26,13 @@ async def store(request: pytest.FixtureRequest, etcd_endpoints: list[str]) -> As
         await s.close()
 
 
+def _etcd_under(store: Store) -> EtcdStore:
+    """The real etcd client behind ``store`` (tests that compact call it directly)."""
+    etcd = store.inner if isinstance(store, CoalescingStore) else store
+    assert isinstance(etcd, EtcdStore)
+    return etcd
+
+
 async def test_talks_to_a_real_etcd_server(store: Store) -> None:
     version = await store.server_version()
     assert version.startswith("3.5")
@@ -157,8 +164,7 @@ async def test_compacted_watch_relists_and_resumes(store: Store, key_prefix: str
     await store.txn([], [Ops.put(prefix + "b", b"2")])
     await store.txn([], [Ops.delete(prefix + "a")])
     latest = (await store.txn([], [Ops.put(prefix + "c", b"3")])).revision
-    etcd = store.inner if isinstance(store, CoalescingStore) else store
-    assert isinstance(etcd, EtcdStore)
+    etcd = _etcd_under(store)
     await etcd.compact(latest)
     with pytest.raises(Compacted):
         async for _ in store.watch(prefix, listed_at + 1):
@@ -188,8 +194,7 @@ async def test_a_read_at_a_compacted_revision_says_compacted(store: Store, key_p
     key = f"{key_prefix}cr"
     old = (await store.txn([], [Ops.put(key, b"1")])).revision
     latest = (await store.txn([], [Ops.put(key, b"2")])).revision
-    etcd = store.inner if isinstance(store, CoalescingStore) else store
-    assert isinstance(etcd, EtcdStore)
+    etcd = _etcd_under(store)
     await etcd.compact(latest)
     with pytest.raises(Compacted):
         await store.range(key, revision=old)
