@@ -38,6 +38,7 @@ from etcdsched.config import Config
 from etcdsched.errors import EtcdschedError
 from etcdsched.executor import Executor
 from etcdsched.gather import GatherWindow
+from etcdsched.interrupts import Interrupt
 from etcdsched.keys import Keys
 from etcdsched.logstore import LogStore
 from etcdsched.metrics import START_LAG
@@ -73,11 +74,11 @@ class Running:
 
     assignment: Assignment
     task: asyncio.Task[None]
-    cancel: asyncio.Event = field(default_factory=asyncio.Event)
+    cancel: Interrupt = field(default_factory=Interrupt)
     """A client cancelled the run: stop the process, report ``cancelled``."""
-    revoked: asyncio.Event = field(default_factory=asyncio.Event)
+    revoked: Interrupt = field(default_factory=Interrupt)
     """Recovery took the assignment back (hung/lost): stop, never report."""
-    shutdown: asyncio.Event = field(default_factory=asyncio.Event)
+    shutdown: Interrupt = field(default_factory=Interrupt)
     """This worker is shutting down: hand back if not started, else stop and
     report ``lost`` so the retry policy reruns it elsewhere."""
     process: Process | None = None

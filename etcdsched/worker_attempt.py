@@ -31,10 +31,11 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from etcdsched.codec import encode
 from etcdsched.errors import StoreUnavailable
+from etcdsched.interrupts import first_of
 from etcdsched.logstore import LogWriter
 from etcdsched.models import ActivePointer, Claim, RunRecord, start_attempt
 from etcdsched.process_group import ExitStatus, Process
@@ -297,23 +298,23 @@ class AttemptRunner(AttemptEnding):
         grace = run.spec.kill_grace.total_seconds()
         exit_task = asyncio.create_task(proc.wait())
         signals = {
-            "cancelled": asyncio.create_task(self.item.cancel.wait()),
-            "revoked": asyncio.create_task(self.item.revoked.wait()),
-            "shutdown": asyncio.create_task(self.item.shutdown.wait()),
+            "cancelled": self.item.cancel,
+            "revoked": self.item.revoked,
+            "shutdown": self.item.shutdown,
         }
+        interrupted = first_of(*signals.values())
+        either: list[asyncio.Future[Any]] = [exit_task, interrupted]
         try:
-            done, _ = await asyncio.wait(
-                [exit_task, *signals.values()], timeout=timeout, return_when="FIRST_COMPLETED"
-            )
+            done, _ = await asyncio.wait(either, timeout=timeout, return_when="FIRST_COMPLETED")
             if exit_task in done:
                 return _exit_outcome(exit_task.result())
-            fired = next((name for name, t in signals.items() if t in done), "timed_out")
+            fired = next((name for name, flag in signals.items() if flag.is_set()), "timed_out")
             await proc.stop(0 if fired == "revoked" else grace)
             return _interrupt_outcome(fired, timeout)
         finally:
-            for task in [exit_task, *signals.values()]:
-                task.cancel()
-            await asyncio.gather(exit_task, *signals.values(), return_exceptions=True)
+            exit_task.cancel()
+            interrupted.cancel()
+            await asyncio.gather(exit_task, return_exceptions=True)
 
 
 def _exit_outcome(status: ExitStatus) -> tuple[str, int | None, str]:

@@ -14,6 +14,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from etcdsched.executor import Prepared
+from etcdsched.interrupts import Interrupt, first_of
 from etcdsched.logstore import LogWriter
 from etcdsched.models import RunRecord
 from etcdsched.session import Session
@@ -30,16 +31,15 @@ a process and three pipes); more due at once are prepared at the instant."""
 
 async def until(worker: WorkerService, item: Running, wall_ms: int) -> None:
     """Sleep until ``wall_ms``, or until the attempt is revoked or shut down."""
-    waits = [
-        asyncio.create_task(worker.clock.sleep_until_ms(wall_ms)),
-        asyncio.create_task(item.revoked.wait()),
-        asyncio.create_task(item.shutdown.wait()),
-    ]
+    interrupted = first_of(item.revoked, item.shutdown)
+    if interrupted.done():
+        return
+    sleep = asyncio.create_task(worker.clock.sleep_until_ms(wall_ms))
     try:
-        await asyncio.wait(waits, return_when="FIRST_COMPLETED")
+        await asyncio.wait([sleep, interrupted], return_when="FIRST_COMPLETED")
     finally:
-        for task in waits:
-            task.cancel()
+        sleep.cancel()
+        interrupted.cancel()
 
 
 class InstantStart:
@@ -96,18 +96,16 @@ class InstantStart:
 
     async def _opened(self, prepared: Prepared) -> int | None:
         ticket = self.w.starter.schedule(prepared, self.at_ms, self.session.holds)
-        waits: list[asyncio.Future[Any]] = [
-            asyncio.create_task(event.wait()) for event in self._interrupts()
-        ]
+        interrupted = first_of(*self._interrupts())
         try:
-            await asyncio.wait([ticket.started, *waits], return_when="FIRST_COMPLETED")
+            either: list[asyncio.Future[Any]] = [ticket.started, interrupted]
+            await asyncio.wait(either, return_when="FIRST_COMPLETED")
             return None if ticket.withdraw() else await ticket.started
         finally:
             ticket.withdraw()  # cancelled meanwhile: it never opens after this
-            for task in waits:
-                task.cancel()
+            interrupted.cancel()
 
-    def _interrupts(self) -> tuple[asyncio.Event, ...]:
+    def _interrupts(self) -> tuple[Interrupt, ...]:
         return self.item.revoked, self.item.cancel, self.item.shutdown
 
     def _leave_room(self) -> None:
