@@ -25,6 +25,7 @@ Run ids are ``<job>@<seq>``; job ids cannot contain ``@`` or ``/``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from dataclasses import dataclass
@@ -87,7 +88,9 @@ class RunRef:
         return run_id(self.job_id, self.seq)
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def parse_run_id(value: str) -> RunRef:
+    """Cached: every key of a run is built from its id, and checks it."""
     job_id, sep, seq = value.rpartition("@")
     if not sep or not JOB_ID_PATTERN.match(job_id) or not RUN_SEQ_PATTERN.match(seq):
         raise KeyError_(f"not a run id: {value!r}")

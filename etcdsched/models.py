@@ -4,6 +4,7 @@ migrated. The store hands these back together with their revisions."""
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -39,10 +40,37 @@ def _snapshot_json(
     Elsewhere (API responses) the snapshot is whole."""
     if info.context is not STORED:
         return handler(spec)
-    data = spec.model_dump(mode="json", exclude_defaults=True)
-    data["trigger"] = {"kind": spec.trigger.kind, **data.get("trigger", {})}
-    data["execution"] = {"kind": spec.execution.kind, **data.get("execution", {})}
-    return data
+    return _COMPACT_SNAPSHOTS.of(spec)
+
+
+class _CompactSnapshots:
+    """The compact stored form of each spec object in use, made once: a
+    scheduler writes every run twice (fired, then placed) with the spec
+    object of its job's due entry, and building this form was a tenth of
+    encoding a run. Keyed by object identity (a spec is frozen; a changed
+    spec is a new object), dropped when the spec is collected."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, tuple[weakref.ref[JobSpec], dict[str, Any]]] = {}
+
+    def of(self, spec: JobSpec) -> dict[str, Any]:
+        held = self._by_id.get(id(spec))
+        if held is not None and held[0]() is spec:
+            return held[1]
+        data = spec.model_dump(mode="json", exclude_defaults=True)
+        data["trigger"] = {"kind": spec.trigger.kind, **data.get("trigger", {})}
+        data["execution"] = {"kind": spec.execution.kind, **data.get("execution", {})}
+        key = id(spec)
+        self._by_id[key] = (weakref.ref(spec, lambda _: self._forget(key)), data)
+        return data
+
+    def _forget(self, key: int) -> None:
+        held = self._by_id.get(key)
+        if held is not None and held[0]() is None:
+            del self._by_id[key]
+
+
+_COMPACT_SNAPSHOTS = _CompactSnapshots()
 
 
 @dataclass(frozen=True)

@@ -180,7 +180,8 @@ class ThreadStarter:
                 self._thread = threading.Thread(target=self._main, name="starter", daemon=True)
                 self._thread.start()
             heapq.heappush(self._due, (at_ms, next(self._seq), ticket))
-            self._wake.notify()
+            if self._due[0][2] is ticket:  # else the thread's wait already ends in time
+                self._wake.notify()
         return ticket
 
     def close(self) -> None:

@@ -74,3 +74,13 @@ def test_the_api_document_shows_a_runs_spec_whole() -> None:
         assert schemas[name]["properties"]["spec"] == {
             "$ref": "#/components/schemas/JobSpec-Output"
         }, name
+
+
+def test_a_spec_encoded_again_gives_the_same_bytes_and_a_changed_copy_its_own() -> None:
+    spec = JobSpec.model_validate(SPECS[2])
+    first = encode(run_of(spec))
+    assert encode(run_of(spec)) == first  # the compact form of this spec object, made once
+    changed = spec.model_copy(update={"priority": 9})
+    stored = json.loads(encode(run_of(changed)))["spec"]
+    assert stored["priority"] == 9
+    assert json.loads(encode(run_of(spec)))["spec"]["priority"] == 7
