@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from etcdsched.codec import CorruptRecord
 from etcdsched.keys import Keys
 from etcdsched.models import Assignment
-from etcdsched.placement import NOTHING, WorkerView, plus
+from etcdsched.placement import NOTHING, Amount, WorkerView, plus
 from etcdsched.spec import Resources
 from etcdsched.store import KV, Event
 
@@ -45,7 +45,7 @@ class CapacityIndex:
     def __init__(self, keys: Keys) -> None:
         self.keys = keys
         self._runs: dict[str, dict[str, Resources]] = {}
-        self._used: dict[str, Resources] = {}
+        self._used: dict[str, Amount] = {}
 
     def on_event(self, event: Event) -> None:
         """Never raises: the cache would die with it, and relisting past an
@@ -71,6 +71,6 @@ class CapacityIndex:
         """The worker's runs and their resources, live (see ``WorkerView``)."""
         return self._runs.get(worker, {})
 
-    def used(self, worker: str) -> Resources:
+    def used(self, worker: str) -> Amount:
         """What the worker's runs take in total."""
         return self._used.get(worker, NOTHING)

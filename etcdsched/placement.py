@@ -11,9 +11,36 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
+from typing import NamedTuple, Protocol
 
 from etcdsched.models import WorkerMember
-from etcdsched.spec import Capacity, Resources
+from etcdsched.spec import Resources
+
+
+class Sized(Protocol):
+    """Anything with the four dimensions: a run's :class:`Resources`, a
+    worker's ``Capacity``, or an :class:`Amount` computed from them."""
+
+    @property
+    def slots(self) -> int: ...
+    @property
+    def cpu(self) -> float: ...
+    @property
+    def memory_mb(self) -> int: ...
+    @property
+    def gpu(self) -> int: ...
+
+
+class Amount(NamedTuple):
+    """Sums and differences of resources (what a worker's runs take, what
+    is free on it). Plain numbers, not a pydantic model: placement and a
+    worker's reports add and subtract these for every run, and
+    ``Resources.model_construct`` cost ten times a tuple."""
+
+    slots: int
+    cpu: float
+    memory_mb: int
+    gpu: int
 
 
 @dataclass(frozen=True)
@@ -32,57 +59,56 @@ class WorkerView:
     member: WorkerMember
     runs: Mapping[str, Resources]
     revision: int
-    used: Resources | None = None
+    used: Amount | None = None
     """Total of ``runs`` (plus chosen ones); summed from ``runs`` if None."""
 
-    def with_run(self, run_id: str, need: Resources) -> WorkerView:
+    def with_run(self, run_id: str, need: Sized) -> WorkerView:
         """This view with one more run chosen for the worker (same revision)."""
         return WorkerView(self.member, self.runs, self.revision, plus(self.total, need))
 
     @cached_property
-    def total(self) -> Resources:
+    def total(self) -> Amount:
         return self.used if self.used is not None else total_of(self.runs.values())
 
-    def free(self) -> Capacity:
-        """Cached: placement asks every view for it once per candidate run.
-        Built unvalidated: the values are differences of validated ones."""
+    def free(self) -> Amount:
+        """Cached: placement asks every view for it once per candidate run."""
         return self._free
 
     @cached_property
-    def _free(self) -> Capacity:
+    def _free(self) -> Amount:
         used, cap = self.total, self.member.capacity
-        return Capacity.model_construct(
-            slots=max(0, cap.slots - used.slots),
-            cpu=max(0.0, cap.cpu - used.cpu),
-            memory_mb=max(0, cap.memory_mb - used.memory_mb),
-            gpu=max(0, cap.gpu - used.gpu),
+        return Amount(
+            max(0, cap.slots - used.slots),
+            max(0.0, cap.cpu - used.cpu),
+            max(0, cap.memory_mb - used.memory_mb),
+            max(0, cap.gpu - used.gpu),
         )
 
 
-NOTHING = Resources.model_construct(slots=0, cpu=0.0, memory_mb=0, gpu=0)
+NOTHING = Amount(0, 0.0, 0, 0)
 
 
-def plus(a: Resources, b: Resources, sign: int = 1) -> Resources:
-    """``a + b`` (or ``a - b`` with ``sign=-1``), unvalidated."""
-    return Resources.model_construct(
-        slots=a.slots + sign * b.slots,
-        cpu=a.cpu + sign * b.cpu,
-        memory_mb=a.memory_mb + sign * b.memory_mb,
-        gpu=a.gpu + sign * b.gpu,
+def plus(a: Sized, b: Sized, sign: int = 1) -> Amount:
+    """``a + b`` (or ``a - b`` with ``sign=-1``)."""
+    return Amount(
+        a.slots + sign * b.slots,
+        a.cpu + sign * b.cpu,
+        a.memory_mb + sign * b.memory_mb,
+        a.gpu + sign * b.gpu,
     )
 
 
-def total_of(needs: Iterable[Resources]) -> Resources:
+def total_of(needs: Iterable[Sized]) -> Amount:
     items = list(needs)
-    return Resources.model_construct(
-        slots=sum(r.slots for r in items),
-        cpu=sum(r.cpu for r in items),
-        memory_mb=sum(r.memory_mb for r in items),
-        gpu=sum(r.gpu for r in items),
+    return Amount(
+        sum(r.slots for r in items),
+        sum(r.cpu for r in items),
+        sum(r.memory_mb for r in items),
+        sum(r.gpu for r in items),
     )
 
 
-def fits(need: Resources, free: Resources, capacity: Resources) -> bool:
+def fits(need: Sized, free: Sized, capacity: Sized) -> bool:
     """cpu/memory of 0 on a worker means "not tracked" (only slots count)."""
     if need.slots > free.slots or need.gpu > free.gpu:
         return False

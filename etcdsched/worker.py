@@ -46,7 +46,7 @@ from etcdsched.models import (
     Assignment,
     WorkerMember,
 )
-from etcdsched.placement import NOTHING, fits, plus
+from etcdsched.placement import NOTHING, Amount, fits, plus
 from etcdsched.process_group import Process
 from etcdsched.runs import RunOps
 from etcdsched.session import RenewerFactory, Session
@@ -96,7 +96,7 @@ class RunningAttempts(dict[str, Running]):
 
     def __init__(self) -> None:
         super().__init__()
-        self.used: Resources = NOTHING
+        self.used: Amount = NOTHING
 
     def __setitem__(self, run_id: str, item: Running) -> None:
         replaced = self.get(run_id)
