@@ -15,7 +15,10 @@ from pydantic import (
     GetJsonSchemaHandler,
     SerializationInfo,
     SerializerFunctionWrapHandler,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
     WrapSerializer,
+    WrapValidator,
 )
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
@@ -60,9 +63,12 @@ class _CompactSnapshots:
         data = spec.model_dump(mode="json", exclude_defaults=True)
         data["trigger"] = {"kind": spec.trigger.kind, **data.get("trigger", {})}
         data["execution"] = {"kind": spec.execution.kind, **data.get("execution", {})}
+        self.remember(spec, data)
+        return data
+
+    def remember(self, spec: JobSpec, data: dict[str, Any]) -> None:
         key = id(spec)
         self._by_id[key] = (weakref.ref(spec, lambda _: self._forget(key)), data)
-        return data
 
     def _forget(self, key: int) -> None:
         held = self._by_id.get(key)
@@ -84,7 +90,25 @@ class _DocumentedWhole:
         return handler({k: v for k, v in schema.items() if k != "serialization"})
 
 
-SpecSnapshot = Annotated[JobSpec, WrapSerializer(_snapshot_json), _DocumentedWhole()]
+def _read_snapshot(
+    value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo
+) -> JobSpec:
+    """A snapshot read from JSON: its stored form is remembered as the
+    spec's, so writing the run back (a worker reads each run once and writes
+    it once) does not build it again; written back as read, it reads back
+    the same."""
+    spec: JobSpec = handler(value)
+    if info.mode == "json" and isinstance(value, dict):
+        _COMPACT_SNAPSHOTS.remember(spec, value)
+    return spec
+
+
+SpecSnapshot = Annotated[
+    JobSpec,
+    WrapValidator(_read_snapshot),
+    WrapSerializer(_snapshot_json),
+    _DocumentedWhole(),
+]
 """A job's spec copied into a run. Reading it back fills the defaults in
 again, so a snapshot taken by an older version whose default later changed
 takes the new default: a run lives for one slot and its retries; the job
