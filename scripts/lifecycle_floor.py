@@ -22,10 +22,13 @@ the record and writes the assignment). That is 10 puts and 5 deletes per
 run, like etcdsched. With it, the scheduler follows the due, active and
 queue prefixes of each of ``partitions`` partitions (1 by default;
 etcdsched has 64) and places from all of them in full transactions.
+``--staged --direct`` is the write mix ADR 0016 proposes: the firing
+transaction writes the assignment (and touches the worker's epoch) instead
+of a queue entry, and there is no placement stage: 12 mutations per run.
 
 The raw 64-in-flight put rate through the same client is measured in the
 same run, so each result is a ratio comparable to issue 7's target. Run:
-``.venv/bin/python scripts/lifecycle_floor.py [seconds [partitions]] [--staged]``.
+``.venv/bin/python scripts/lifecycle_floor.py [seconds [partitions]] [--staged [--direct]]``.
 """
 
 from __future__ import annotations
@@ -73,6 +76,12 @@ class Mix:
     parts: int = 1
     """Partitions: with ``staged``, the scheduler watches the due, active
     and queue prefixes of each one, as etcdsched's does."""
+    direct: bool = False
+    """With ``staged``: fire onto the worker (ADR 0016), no queue, no placement."""
+
+    @property
+    def placed_apart(self) -> bool:
+        return self.staged and not self.direct
 
     def pp(self, rid: str) -> str:
         return f"{int(rid[-14:]) % self.parts:03d}"
@@ -104,11 +113,14 @@ def fire_writes(mix: Mix, n: int) -> tuple[list[Compare], list[Op]]:
         if mix.staged:
             ops += [
                 Ops.put(f"{P}active/{pp}/{rid}", b"{}"),
-                Ops.put(f"{P}queue/{pp}/{rid}", b"{}"),
                 Ops.put(f"{P}nextdue/{job}", b"x" * 60),
             ]
+        if mix.placed_apart:
+            ops.append(Ops.put(f"{P}queue/{pp}/{rid}", b"{}"))
         else:
             ops.append(Ops.put(f"{P}assign/w1/{rid}", b"{}"))
+    if mix.direct:
+        ops.append(Ops.put(f"{P}assign-epoch/w1", b""))
     return compares, ops
 
 
@@ -210,14 +222,15 @@ class SchedulerDriver:
     async def run(self, seconds: float) -> list[float]:
         since = await _revision(self.store)
         stages = [asyncio.create_task(self.follow_finishes(since))]
-        if self.mix.staged:
+        if self.mix.placed_apart:
             stages.append(asyncio.create_task(self.place()))
         for pp in range(self.mix.parts if self.mix.staged else 0):
             stages += [
-                asyncio.create_task(self.queue(pp, since)),
                 asyncio.create_task(self.follow(f"{P}due/{pp:03d}/", since)),
                 asyncio.create_task(self.follow(f"{P}active/{pp:03d}/", since)),
             ]
+            if self.mix.placed_apart:
+                stages.append(asyncio.create_task(self.queue(pp, since)))
         end, n, firing = time.monotonic() + seconds, 0, []
         while time.monotonic() < end:
             await self.room.acquire()
@@ -307,6 +320,8 @@ def main(seconds: float, mix: Mix) -> None:
     count = sum(1 for t in finished if window[0] <= t < window[1])
     rate = count / (window[1] - window[0])
     label = f"etcdsched's write mix, {mix.parts} partitions" if mix.staged else "least a run needs"
+    if mix.direct:
+        label = f"ADR 0016's write mix (fired onto the worker), {mix.parts} partitions"
     print(f"raw 64-in-flight puts/s: {put64:,.0f}")
     print(f"bare drivers, {label}: {rate:,.0f} runs finished/s = {rate / put64:.3f}x put64")
     for name, seconds_used in used.items():
@@ -316,4 +331,5 @@ def main(seconds: float, mix: Mix) -> None:
 if __name__ == "__main__":
     numbers = [a for a in sys.argv[1:] if not a.startswith("--")]
     parts = int(numbers[1]) if len(numbers) > 1 else 1
-    main(float(numbers[0]) if numbers else 30.0, Mix("--staged" in sys.argv, parts))
+    staged, direct = "--staged" in sys.argv, "--direct" in sys.argv
+    main(float(numbers[0]) if numbers else 30.0, Mix(staged, parts, staged and direct))
