@@ -17,11 +17,18 @@ COUNTERS = {
     "raft proposals": "etcd_server_proposals_committed_total",
 }
 """Column name -> etcd counter (unlabelled)."""
+COMPACTED = {
+    "compactions": "etcd_debugging_mvcc_db_compaction_total_duration_milliseconds_count",
+    "compaction ms": "etcd_debugging_mvcc_db_compaction_total_duration_milliseconds_sum",
+}
+"""etcd's history compactions that finished, and the time they took: the
+scan scenario shows whether one shared etcd's CPU with its passes (ADR
+0015)."""
 
 
-def parse_counters(text: str) -> dict[str, float]:
-    """The :data:`COUNTERS` found in a Prometheus text page."""
-    wanted = {metric: name for name, metric in COUNTERS.items()}
+def parse_counters(text: str, counters: dict[str, str] = COUNTERS) -> dict[str, float]:
+    """The ``counters`` (default :data:`COUNTERS`) found in a Prometheus text page."""
+    wanted = {metric: name for name, metric in counters.items()}
     found: dict[str, float] = {}
     for line in text.splitlines():
         metric, _, value = line.partition(" ")
@@ -30,15 +37,15 @@ def parse_counters(text: str) -> dict[str, float]:
     return found
 
 
-async def read_counters(endpoint: str) -> dict[str, float]:
-    """etcd's counters now; empty if its metrics cannot be read."""
+async def read_counters(endpoint: str, counters: dict[str, str] = COUNTERS) -> dict[str, float]:
+    """etcd's ``counters`` now; empty if its metrics cannot be read."""
 
     def fetch() -> str:
         with urllib.request.urlopen(f"http://{endpoint}/metrics", timeout=5) as page:
             return str(page.read().decode())
 
     try:
-        return parse_counters(await asyncio.to_thread(fetch))
+        return parse_counters(await asyncio.to_thread(fetch), counters)
     except OSError:
         return {}
 
