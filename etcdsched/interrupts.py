@@ -11,6 +11,7 @@ resolved by whichever flag is set first.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 
 class Interrupt:
@@ -56,3 +57,17 @@ def first_of(*flags: Interrupt) -> asyncio.Future[None]:
     for flag in flags:
         flag.add_waiter(waiter)
     return waiter
+
+
+async def wait_or_interrupt(
+    awaited: asyncio.Future[Any], *flags: Interrupt, timeout: float | None = None
+) -> None:
+    """Return when ``awaited`` is done, when any of ``flags`` is set (at
+    once if one already is), or after ``timeout`` seconds, whichever comes
+    first; the caller tells which by looking. ``awaited`` is left as it is."""
+    interrupted = first_of(*flags)
+    either: list[asyncio.Future[Any]] = [awaited, interrupted]
+    try:
+        await asyncio.wait(either, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        interrupted.cancel()

@@ -31,11 +31,11 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from etcdsched.codec import encode
 from etcdsched.errors import StoreUnavailable
-from etcdsched.interrupts import first_of
+from etcdsched.interrupts import wait_or_interrupt
 from etcdsched.logstore import LogWriter
 from etcdsched.models import ActivePointer, Claim, RunRecord, start_attempt
 from etcdsched.process_group import ExitStatus, Process
@@ -302,18 +302,15 @@ class AttemptRunner(AttemptEnding):
             "revoked": self.item.revoked,
             "shutdown": self.item.shutdown,
         }
-        interrupted = first_of(*signals.values())
-        either: list[asyncio.Future[Any]] = [exit_task, interrupted]
         try:
-            done, _ = await asyncio.wait(either, timeout=timeout, return_when="FIRST_COMPLETED")
-            if exit_task in done:
+            await wait_or_interrupt(exit_task, *signals.values(), timeout=timeout)
+            if exit_task.done():
                 return _exit_outcome(exit_task.result())
             fired = next((name for name, flag in signals.items() if flag.is_set()), "timed_out")
             await proc.stop(0 if fired == "revoked" else grace)
             return _interrupt_outcome(fired, timeout)
         finally:
             exit_task.cancel()
-            interrupted.cancel()
             await asyncio.gather(exit_task, return_exceptions=True)
 
 

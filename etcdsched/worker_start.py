@@ -11,10 +11,10 @@ from running a moment early.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from etcdsched.executor import Prepared
-from etcdsched.interrupts import Interrupt, first_of
+from etcdsched.interrupts import Interrupt, wait_or_interrupt
 from etcdsched.logstore import LogWriter
 from etcdsched.models import RunRecord
 from etcdsched.session import Session
@@ -31,15 +31,11 @@ a process and three pipes); more due at once are prepared at the instant."""
 
 async def until(worker: WorkerService, item: Running, wall_ms: int) -> None:
     """Sleep until ``wall_ms``, or until the attempt is revoked or shut down."""
-    interrupted = first_of(item.revoked, item.shutdown)
-    if interrupted.done():
-        return
     sleep = asyncio.create_task(worker.clock.sleep_until_ms(wall_ms))
     try:
-        await asyncio.wait([sleep, interrupted], return_when="FIRST_COMPLETED")
+        await wait_or_interrupt(sleep, item.revoked, item.shutdown)
     finally:
         sleep.cancel()
-        interrupted.cancel()
 
 
 class InstantStart:
@@ -96,14 +92,11 @@ class InstantStart:
 
     async def _opened(self, prepared: Prepared) -> int | None:
         ticket = self.w.starter.schedule(prepared, self.at_ms, self.session.holds)
-        interrupted = first_of(*self._interrupts())
         try:
-            either: list[asyncio.Future[Any]] = [ticket.started, interrupted]
-            await asyncio.wait(either, return_when="FIRST_COMPLETED")
+            await wait_or_interrupt(ticket.started, *self._interrupts())
             return None if ticket.withdraw() else await ticket.started
         finally:
             ticket.withdraw()  # cancelled meanwhile: it never opens after this
-            interrupted.cancel()
 
     def _interrupts(self) -> tuple[Interrupt, ...]:
         return self.item.revoked, self.item.cancel, self.item.shutdown

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from etcdsched.interrupts import Interrupt, first_of
+from etcdsched.interrupts import Interrupt, first_of, wait_or_interrupt
 
 
 async def test_a_wait_on_several_flags_ends_with_whichever_is_set_first() -> None:
@@ -42,3 +42,18 @@ async def test_wait_returns_when_the_flag_is_set_by_another_task() -> None:
     assert not waiting.done()
     flag.set()
     await asyncio.wait_for(waiting, 1)
+
+
+async def test_wait_or_interrupt_ends_with_the_awaited_a_flag_or_the_timeout() -> None:
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+    done.set_result(None)
+    await asyncio.wait_for(wait_or_interrupt(done, Interrupt()), 1)
+
+    flag, pending = Interrupt(), loop.create_future()
+    flag.set()
+    await asyncio.wait_for(wait_or_interrupt(pending, flag), 1)
+    assert not pending.done()  # left as it was
+
+    await asyncio.wait_for(wait_or_interrupt(pending, Interrupt(), timeout=0.01), 1)
+    assert not pending.done()
