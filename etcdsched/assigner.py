@@ -33,56 +33,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
+from etcdsched.assign_requests import (
+    ASSIGNED,
+    CONFLICT,
+    FULL,
+    GONE,
+    UNKNOWN,
+    AssignRequest,
+    BatchRequest,
+)
 from etcdsched.capacity import with_assignments
 from etcdsched.errors import OutcomeUnknown, StoreRejected, StoreUnavailable
 from etcdsched.keys import Keys
-from etcdsched.models import ActivePointer, Assignment, RunRecord, assign_attempt
 from etcdsched.placement import NOTHING, WorkerView, fits, plus, total_of
-from etcdsched.statemachine import RunState, transition
-from etcdsched.store import (
-    MAX_TXN_OPS,
-    Cmp,
-    Compare,
-    Op,
-    Ops,
-    Store,
-    TxnResult,
-    Versioned,
-)
+from etcdsched.store import MAX_TXN_OPS, Cmp, Ops, Store, TxnResult
 
+__all__ = ["ASSIGNED", "CONFLICT", "FULL", "GONE", "UNKNOWN", "AssignRequest", "Assigner"]
 log = logging.getLogger(__name__)
 TRIES = 5
-
-ASSIGNED = "assigned"
-"""The run is on the worker (run, assignment and active pointer written)."""
-FULL = "full"
-"""The worker had no room for the run when its batch was written."""
-CONFLICT = "conflict"
-"""The run or the partition's ownership changed; the placer re-reads."""
-GONE = "gone"
-"""The worker's assignment epoch is gone, so its member key is too (it
-left or its lease expired)."""
-UNKNOWN = "unknown"
-"""The transaction's outcome is unknown; the placer re-reads the run."""
-
-
-def _future() -> asyncio.Future[str]:
-    return asyncio.get_running_loop().create_future()
-
-
-@dataclass
-class AssignRequest:
-    partition: int
-    guard: Compare
-    current: Versioned[RunRecord]
-    now_ms: int
-    done: asyncio.Future[str] = field(default_factory=_future)
-
-    def resolve(self, outcome: str) -> None:
-        if not self.done.done():
-            self.done.set_result(outcome)
 
 
 class WorkerBatcher:
@@ -93,7 +63,7 @@ class WorkerBatcher:
         self.store = store
         self.keys = keys
         self.view = view
-        self.pending: list[AssignRequest] = []
+        self.pending: list[BatchRequest] = []
         self._committer: asyncio.Task[None] | None = None
         self._undecided = NOTHING
         """What the requests handed to this batcher and not yet decided
@@ -117,7 +87,7 @@ class WorkerBatcher:
         view = self.view
         return WorkerView(view.member, view.runs, view.revision, plus(view.total, self._undecided))
 
-    async def assign(self, request: AssignRequest) -> str:
+    async def assign(self, request: BatchRequest) -> str:
         self._count_undecided(request)
         self.pending.append(request)
         if self._committer is None or self._committer.done():
@@ -148,36 +118,36 @@ class WorkerBatcher:
                 if not isinstance(exc, Exception):
                     raise
 
-    def _take(self) -> list[AssignRequest]:
+    def _take(self) -> list[BatchRequest]:
         """Requests still awaited, one per run, as many as the epoch touch
         and their ops fit in ``MAX_TXN_OPS`` (39 runs, 29 when each leaves
         the queue)."""
-        batch: list[AssignRequest] = []
+        batch: list[BatchRequest] = []
         seen: set[str] = set()
-        rest: list[AssignRequest] = []
+        rest: list[BatchRequest] = []
         ops = 1  # the epoch touch
         for index, request in enumerate(self.pending):
             if request.done.done():
                 continue
-            cost = _assign_cost(request)
+            cost = request.cost()
             if ops + cost > MAX_TXN_OPS:  # full: the rest wait, in order, unexamined
                 rest += self.pending[index:]
                 break
-            if request.current.key in seen:
+            if request.key in seen:
                 rest.append(request)
                 continue
             batch.append(request)
-            seen.add(request.current.key)
+            seen.add(request.key)
             ops += cost
         self.pending = rest
         return batch
 
-    def _count_undecided(self, request: AssignRequest) -> None:
+    def _count_undecided(self, request: BatchRequest) -> None:
         """Count ``request`` in ``_undecided`` until it is decided. Its
         callback runs a moment after the decision: a placed run is then
         briefly counted twice (in the view too), which only leaves room
         unused for that moment; it is never counted in neither."""
-        need = request.current.value.spec.resources
+        need = request.run.spec.resources
         self._undecided = plus(self._undecided, need)
         self._undecided_count += 1
 
@@ -188,7 +158,7 @@ class WorkerBatcher:
 
         request.done.add_done_callback(decided)
 
-    async def _commit(self, batch: list[AssignRequest]) -> None:
+    async def _commit(self, batch: list[BatchRequest]) -> None:
         for _ in range(TRIES):
             if self.view.revision < 0 and not await self._read_assignments():
                 self._resolve_all(batch, UNKNOWN)
@@ -207,26 +177,28 @@ class WorkerBatcher:
                 return
             if result.succeeded:
                 self.view = replace(self._with_requests(batch), revision=result.revision)
+                for request in batch:
+                    request.revision = result.revision
                 self._resolve_all(batch, ASSIGNED)
                 return
             batch = self._after_failure(batch, result)
         self._resolve_all(batch, CONFLICT)
 
-    async def _one_by_one(self, batch: list[AssignRequest], exc: StoreRejected) -> None:
+    async def _one_by_one(self, batch: list[BatchRequest], exc: StoreRejected) -> None:
         """etcd refused the batch (too large): each run alone; a run etcd
         refuses on its own is reported and left queued."""
         if len(batch) == 1:
-            log.error("assignment of %s refused by etcd: %s", batch[0].current.key, exc)
+            log.error("assignment of %s refused by etcd: %s", batch[0].key, exc)
             self._resolve_all(batch, CONFLICT)
             return
         for request in batch:
             await self._commit([request])
 
-    def _fitting(self, batch: list[AssignRequest]) -> list[AssignRequest]:
+    def _fitting(self, batch: list[BatchRequest]) -> list[BatchRequest]:
         """The requests that fit the worker, in order; the rest are ``full``."""
         view, kept = self.view, []
         for request in batch:
-            run = request.current.value
+            run = request.run
             need = run.spec.resources
             if not view.member.draining and fits(need, view.free(), view.member.capacity):
                 kept.append(request)
@@ -244,7 +216,7 @@ class WorkerBatcher:
         self.view = with_assignments(self.view, page.kvs, page.revision)
         return True
 
-    def _with_requests(self, requests: list[AssignRequest]) -> WorkerView:
+    def _with_requests(self, requests: list[BatchRequest]) -> WorkerView:
         """The view with these runs on the worker too. A run the view's
         total already holds (its assignment event overtook the reply) is
         counted twice until a view at a later revision replaces this one:
@@ -254,91 +226,54 @@ class WorkerBatcher:
         view = self.view
         if not requests:
             return view
-        added = total_of(r.current.value.spec.resources for r in requests)
+        added = total_of(r.run.spec.resources for r in requests)
         return WorkerView(view.member, view.runs, view.revision, plus(view.total, added))
 
-    async def _write(self, batch: list[AssignRequest]) -> TxnResult:
+    async def _write(self, batch: list[BatchRequest]) -> TxnResult:
         wid = self.worker
-        assigned = self.keys.assign_prefix(wid)
         epoch = self.keys.assign_epoch(wid)
         guards = {r.partition: r.guard for r in batch}  # dict: partition order kept
         compares = [
             *guards.values(),
-            *(Cmp.mod(r.current.key, r.current.mod_revision) for r in batch),
+            *(c for r in batch for c in r.compares()),
             Cmp.exists(epoch),
             Cmp.unwritten_since(epoch, self.view.revision),
         ]
-        ops = [Ops.touch(epoch), *(op for r in batch for op in self._assign_ops(r))]
+        ops = [Ops.touch(epoch), *(op for r in batch for op in r.ops(self.keys, wid))]
         reads = [
-            Ops.get_prefix(assigned),
+            Ops.get_prefix(self.keys.assign_prefix(wid)),
             Ops.get(epoch),
             *(Ops.get(g.key) for g in guards.values()),
-            *(Ops.get(r.current.key) for r in batch),
+            *(op for r in batch for op in r.reads()),
         ]
         return await self.store.txn(compares, ops, reads)
 
-    def _assign_ops(self, request: AssignRequest) -> list[Op]:
-        current, wid = request.current, self.worker
-        run = current.value
-        if run.state is RunState.RETRY_WAIT:
-            run = transition(run, RunState.PENDING, request.now_ms)
-        assigned = assign_attempt(run, wid, request.now_ms).model_copy(update={"queue_key": None})
-        assignment = Assignment(
-            run_id=run.id,
-            attempt=assigned.attempt,
-            not_before_ms=max(run.not_before_ms, run.retry_at_ms or 0),
-            resources=run.spec.resources,
-        )
-        pointer = ActivePointer(run_id=run.id, worker=wid, attempt=assigned.attempt)
-        return [
-            Ops.put(current.key, assigned),
-            Ops.put(self.keys.assign(wid, run.id), assignment),
-            Ops.put(self.keys.active(run.partition, run.id), pointer),
-            *_queue_release(request),
-        ]
-
-    def _after_failure(self, batch: list[AssignRequest], result: TxnResult) -> list[AssignRequest]:
+    def _after_failure(self, batch: list[BatchRequest], result: TxnResult) -> list[BatchRequest]:
         """Learn what is on the worker, resolve the requests that cannot
         succeed, keep the rest."""
         assign_kvs, epoch_kvs, *rest = result.responses
         partitions = list(dict.fromkeys(r.partition for r in batch))
         owners = dict(zip(partitions, rest, strict=False))
-        runs = rest[len(partitions) :]
+        answers = iter(rest[len(partitions) :])
         self.view = with_assignments(self.view, assign_kvs, result.revision)
         if not epoch_kvs:
             self._resolve_all(batch, GONE)
             return []
         kept = []
-        for request, run_kvs in zip(batch, runs, strict=True):
+        for request in batch:
+            mine = [next(answers) for _ in request.reads()]
             owner_kvs = owners[request.partition]
             owned = bool(owner_kvs) and owner_kvs[0].create_revision == request.guard.operand
-            unchanged = bool(run_kvs) and run_kvs[0].mod_revision == request.current.mod_revision
-            if owned and unchanged:
+            if owned and request.still_possible(mine):
                 kept.append(request)
             else:
                 request.resolve(CONFLICT)
         return kept
 
     @staticmethod
-    def _resolve_all(batch: list[AssignRequest], outcome: str) -> None:
+    def _resolve_all(batch: list[BatchRequest], outcome: str) -> None:
         for request in batch:
             request.resolve(outcome)
-
-
-ASSIGN_OPS = 3
-"""Puts per placed run: the run, its assignment, its active pointer."""
-
-
-def _queue_release(request: AssignRequest) -> list[Op]:
-    """The delete of the run's queue entry, if it waited in the queue."""
-    queue_key = request.current.value.queue_key
-    return [Ops.delete(queue_key)] if queue_key else []
-
-
-def _assign_cost(request: AssignRequest) -> int:
-    """How many ops placing ``request`` takes: ``ASSIGN_OPS`` and its
-    :func:`_queue_release`, counted without building them."""
-    return ASSIGN_OPS + (1 if request.current.value.queue_key else 0)
 
 
 class Assigner:
@@ -358,7 +293,7 @@ class Assigner:
         batcher.observe(view)
         return batcher.planned()
 
-    async def assign(self, view: WorkerView, request: AssignRequest) -> str:
+    async def assign(self, view: WorkerView, request: BatchRequest) -> str:
         """``view`` may count runs chosen earlier in the same pass: it is
         never taken as what is on the worker (a new batcher reads that)."""
         batcher = self._batchers.get(view.member.id)

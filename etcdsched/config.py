@@ -44,6 +44,11 @@ class Config(BaseSettings):
     fire_backlog: int = Field(
         BACKLOG_LIMIT, ge=1, description="Fired runs unread by placement at which firing waits."
     )
+    fire_onto_workers: bool = Field(
+        True,
+        description="Create a fired run already assigned to a worker with room, skipping the"
+        " queue, when nothing waits for placement (ADR 0016).",
+    )
     reconcile_every: float = Field(5.0, gt=0)
 
     # worker

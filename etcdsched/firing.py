@@ -19,10 +19,12 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterator
 
+from etcdsched.assign_requests import ASSIGNED, FULL, GONE
 from etcdsched.backpressure import FiringBrake, NoBrake
 from etcdsched.cache import PrefixCache
 from etcdsched.clock import Clock
 from etcdsched.codec import encode
+from etcdsched.direct_fire import DirectFiring, DirectPlacement
 from etcdsched.errors import OutcomeUnknown, StoreRejected
 from etcdsched.firing_conflicts import ConflictResolution, EntryWrite, FireStats
 from etcdsched.keys import Keys
@@ -60,9 +62,12 @@ class PartitionFirer(ConflictResolution):
         batch: int,
         gate: asyncio.Semaphore | None = None,
         brake: FiringBrake | None = None,
+        direct: DirectPlacement | None = None,
     ) -> None:
         """``gate`` and ``brake`` are shared by a scheduler's partitions (see
-        :meth:`fire_due`)."""
+        :meth:`fire_due`); with ``direct``, runs are fired straight onto
+        workers with room where they may be (ADR 0016)."""
+        self.direct = direct
         self.partition = partition
         self.gate = gate or asyncio.Semaphore(1)
         self.brake = brake or NoBrake()
@@ -149,7 +154,7 @@ class PartitionFirer(ConflictResolution):
         jobs_in_chunk: set[str] = set()
         for kv in ready:
             write = self._entry_write(kv, now_ms, active_by_job)
-            weight = max(len(write.ops), len(write.compares))
+            weight = max(len(write.run_ops) + len(write.ops), len(write.compares))
             job_id = self.keys.parse_due(kv.key).job_id
             full = size + weight > MAX_TXN_OPS or len(chunk) >= self.batch
             if chunk and (full or job_id in jobs_in_chunk):
@@ -187,10 +192,11 @@ class PartitionFirer(ConflictResolution):
         plan = plan_fire(entry, now_ms)
         job_key = self.keys.job(entry.job_id)
         write = EntryWrite(
+            entry=entry,
             compares=[
                 Compare(kv.key, "mod", "==", kv.mod_revision),
                 Compare(job_key, "version", "==", entry.job_key_version),
-            ]
+            ],
         )
         allow = entry.spec.overlap == "allow"
         active = [] if allow else list(active_by_job[entry.job_id])
@@ -227,6 +233,7 @@ class PartitionFirer(ConflictResolution):
             if verdict == "skip":
                 skips.append(overlap_skip(entry, slot.slot_ms, now_ms))
                 continue
+            write.unqueued.append(run)
             run, compares, ops = self.runs.create(run)
             if entry.spec.overlap == "skip":
                 prefix = self.keys.active_prefix(self.partition, entry.job_id)
@@ -234,7 +241,7 @@ class PartitionFirer(ConflictResolution):
             if verdict == "cancel":
                 write.cancel_after += [p.run_id for p in active]
             write.compares += compares
-            write.ops += ops
+            write.run_ops += ops
             write.created.append(run)
             active.append(ActivePointer(run_id=run.id))
         return skips
@@ -264,9 +271,53 @@ class PartitionFirer(ConflictResolution):
 
     # -- committing ----------------------------------------------------------
     async def _commit(self, chunk: list[tuple[KV, EntryWrite]], now_ms: int) -> None:
+        """Fire the entries that may go straight onto a worker through that
+        worker's batcher, and the others into the queue, both at once."""
+        guard = self.ownership.guard(self.partition)
+        sent = self.direct.fire(chunk, self.partition, guard, now_ms) if self.direct else []
+        if not sent:
+            await self._commit_queued(chunk, now_ms)
+            return
+        indexes = {index for index, _, _ in sent}
+        queued = [item for index, item in enumerate(chunk) if index not in indexes]
+        try:
+            if queued:
+                await self._commit_queued(queued, now_ms)
+        except BaseException:
+            for _, _, task in sent:
+                task.cancel()
+            raise
+        await self._settle_direct(chunk, sent, now_ms)
+
+    async def _settle_direct(
+        self, chunk: list[tuple[KV, EntryWrite]], sent: DirectFiring, now_ms: int
+    ) -> None:
+        """Reflect the runs placed at firing; an entry whose worker was full
+        or gone fires into the queue, one whose outcome is not known (a
+        compare failed, the write timed out) is re-read and fired alone."""
+        outcomes = await asyncio.gather(*(task for _, _, task in sent), return_exceptions=True)
+        queued, unsure = [], []
+        for (index, request, _), outcome in zip(sent, outcomes, strict=True):
+            kv, write = chunk[index]
+            if outcome == ASSIGNED and request.stored is not None:
+                write.created = [request.stored]
+                self._applied([(kv, write)], request.revision)
+                self.stats.direct += 1
+            elif outcome in (FULL, GONE):
+                queued.append((kv, write))
+            else:
+                if isinstance(outcome, BaseException):
+                    log.warning("firing %s onto a worker: %r", kv.key, outcome)
+                unsure.append((kv, write))
+        if queued:
+            await self._commit_queued(queued, now_ms)
+        if unsure:
+            await self._one_by_one(unsure, now_ms)
+
+    async def _commit_queued(self, chunk: list[tuple[KV, EntryWrite]], now_ms: int) -> None:
         guard = self.ownership.guard(self.partition)
         compares = [guard] + [c for _, w in chunk for c in w.compares]
-        ops = [o for _, w in chunk for o in w.ops]
+        ops = [o for _, w in chunk for o in w.all_ops]
         self.stats.batches += 1
         try:
             result = await self.store.txn(compares, ops, [Ops.get(guard.key)])

@@ -27,18 +27,33 @@ class EntryWrite:
     """The compares and ops that fire one due entry."""
 
     compares: list[Compare] = field(default_factory=list)
+    run_ops: list[Op] = field(default_factory=list)
+    """The ops that create its runs in the queue (run, active pointer, queue entry)."""
     ops: list[Op] = field(default_factory=list)
+    """Its other ops: skip records, and the due entry's own delete and puts."""
     created: list[RunRecord] = field(default_factory=list)
     """The runs it creates, as stored."""
+    unqueued: list[RunRecord] = field(default_factory=list)
+    """The same runs as they are before they are queued (ADR 0016 places
+    a lone one straight onto a worker instead)."""
+    entry: DueEntry | None = None
+    """The due entry it fires."""
     cancel_after: list[str] = field(default_factory=list)
     next_kv: tuple[str, bytes, DueEntry] | None = None
     """The job's next due entry: key, value (encoded once for its two puts
     and the cache) and the entry itself (so the next firing need not decode it)."""
 
+    @property
+    def all_ops(self) -> list[Op]:
+        """Every op of the entry's firing into the queue."""
+        return [*self.run_ops, *self.ops]
+
 
 @dataclass
 class FireStats:
     fired: int = 0
+    direct: int = 0
+    """Of ``fired``, runs fired straight onto a worker (ADR 0016)."""
     skipped: int = 0
     batches: int = 0
     conflicts: int = 0
@@ -97,7 +112,7 @@ class ConflictResolution(ABC):
 
     async def _commit_single(self, kv: KV, write: EntryWrite, now_ms: int) -> None:
         guard = self.ownership.guard(self.partition)
-        result = await self.store.txn([guard, *write.compares], write.ops, [Ops.get(guard.key)])
+        result = await self.store.txn([guard, *write.compares], write.all_ops, [Ops.get(guard.key)])
         if result.succeeded:
             self._applied([(kv, write)], result.revision)
             return
@@ -120,7 +135,7 @@ class ConflictResolution(ABC):
         log.warning("due entry %s conflicts; runs exist for slots %s", kv.key, sorted(existing))
         write = self._entry_write(kv, now_ms, await self._fresh_active(kv), existing)
         guard = self.ownership.guard(self.partition)
-        result = await self.store.txn([guard, *write.compares], write.ops)
+        result = await self.store.txn([guard, *write.compares], write.all_ops)
         if result.succeeded:
             self._applied([(kv, write)], result.revision)
         # else: left in the cache; the next pass re-reads and decides again

@@ -82,6 +82,8 @@ class PlacementLoop:
         """Queue keys handed to a batcher and not yet decided: a pass does
         not wait for its writes, and the next one must not read them again."""
         self.passes = 0
+        self.backlogged = False
+        """The last pass left ready runs waiting for room."""
         self.brake = FiringBrake(self.unexamined, clock, backlog_limit)
         """Holds the scheduler's firing while fired runs pile up unread."""
 
@@ -128,6 +130,14 @@ class PlacementLoop:
         self._members = memo
         return views
 
+    def may_place_at_fire(self) -> bool:
+        """Runs may be fired straight onto workers (ADR 0016): the worker
+        caches are loaded, and no run waits for placement: none fired that
+        a pass has not looked at, none left waiting for room by the last
+        pass. Queued runs come first; a new run must not overtake them."""
+        loaded = self.workers.ready.is_set() and self.assignments.ready.is_set()
+        return loaded and not self.backlogged and not self.unexamined()
+
     def unexamined(self) -> int:
         """Runs this scheduler fired that no pass has looked at yet."""
         return sum(p.unexamined for p in self.placers())
@@ -144,6 +154,7 @@ class PlacementLoop:
         limit = now_ms + self.lookahead_ms
         heads = heapq.merge(*(p.ready_keys(limit) for p in placers.values()))
         waiting = await self._place_heads(placers, heads, views, now_ms)
+        self.backlogged = waiting
         if waiting:  # no room for the rest: read only what a deadline may end
             expiring = _deadline_chunk(placers, now_ms, limit, self._inflight)
             for placer, current in await self._read(placers, expiring):

@@ -235,9 +235,8 @@ class PartitionPlacer:
 
     async def submit(self, current: Versioned[RunRecord], worker: WorkerView, now_ms: int) -> str:
         """Hand the run to the worker's batcher; on success it leaves the queue."""
-        request = AssignRequest(
-            self.partition, self.ownership.guard(self.partition), current, now_ms
-        )
+        guard = self.ownership.guard(self.partition)
+        request = AssignRequest(self.partition, guard, now_ms, current=current)
         queue_key = current.value.queue_key or ""
         self._hold(queue_key)
         outcome = ""

@@ -24,6 +24,7 @@ from etcdsched.cache import PrefixCache, versions, wait_any_change
 from etcdsched.capacity import CapacityIndex
 from etcdsched.clock import Clock
 from etcdsched.config import Config
+from etcdsched.direct_fire import DirectPlacement
 from etcdsched.errors import EtcdschedError, OwnershipLost, StoreUnavailable
 from etcdsched.firing import PartitionFirer
 from etcdsched.keys import Keys
@@ -121,6 +122,8 @@ class SchedulerService:
             config.lookahead_ms,
             config.fire_backlog,
         )
+        direct = DirectPlacement(self.placement, self.assigner, keys)
+        self.direct = direct if config.fire_onto_workers else None
 
     # -- lifecycle ---------------------------------------------------------------
     async def run(self) -> None:
@@ -254,6 +257,7 @@ class SchedulerService:
             cfg.fire_batch,
             self.fire_gate,
             self.placement.brake,
+            self.direct,
         )
         placer = PartitionPlacer(
             partition,

@@ -15,11 +15,13 @@ from tests.support.e2e_jobs import (
     ledger_ok,
     max_concurrency,
     now_ms,
+    only_run,
     spec,
     start_worker,
     terminal,
     wait_runs,
     wait_state,
+    workers_registered,
 )
 from tests.support.eventually import assert_eventually
 from tests.support.ledgerfile import job_argv, pid_alive
@@ -28,24 +30,6 @@ from tests.support.services import Services
 NOW = {"kind": "now"}
 LOOKAHEAD_MS = 300  # the services fixture's: a retry may be placed this early
 SLACK_MS = 1000  # scheduling slack on a loaded host
-
-
-async def only_run(services: Services, job_id: str, timeout: float = 10.0) -> str:
-    [run] = await wait_runs(services, job_id, lambda rs: len(rs) == 1, timeout=timeout)
-    return run.id
-
-
-async def workers_registered(services: Services, count: int) -> None:
-    """Registered in etcd *and* seen by every scheduler's worker cache (a
-    retry placed before the cache saw the second worker has one choice)."""
-
-    async def registered() -> None:
-        page = await services.store.range(services.keys.members_prefix("workers"))
-        assert len(page.kvs) == count
-        for scheduler in services.schedulers.values():
-            assert len(scheduler.workers.items) == count
-
-    await assert_eventually(registered, timeout=5)
 
 
 # -- retries ---------------------------------------------------------------------
@@ -230,31 +214,34 @@ async def test_logs_of_a_finished_run_outlive_its_worker(services: Services) -> 
 async def test_a_job_that_ended_before_its_start_was_written_is_reported_in_one_write(
     services: Services,
 ) -> None:
-    """Created, assigned, ended: the run key is written three times, and the
-    attempt still has its start (the ``running`` write is folded into the
-    report when the job has already ended, as a no-op always has)."""
+    """Created already assigned (fired onto a worker with room, ADR 0016),
+    then ended: the run key is written twice, and the attempt still has its
+    start (the ``running`` write is folded into the report when the job has
+    already ended, as a no-op always has)."""
     services.start_scheduler("s1")
     services.start_worker("w1", NoopExecutor())
+    await workers_registered(services, 1)
     job = await services.jobs.create(spec(NOW, ["true"]), "instant")
     run = await wait_state(services, await only_run(services, job.id), RunState.SUCCEEDED)
     attempt = run.attempts[0]
     assert attempt.started_ms is not None and attempt.ended_ms is not None
     assert attempt.started_ms <= attempt.ended_ms and attempt.exit_code == 0
     stored = await services.store.get(services.keys.run(run.id))
-    assert stored is not None and stored.version == 3
+    assert stored is not None and stored.version == 2
 
 
 async def test_a_claim_rewrites_the_active_pointer_only_to_add_a_hang_deadline(
     services: Services,
 ) -> None:
-    """Fired (version 1), placed with the worker and attempt (2); the claim
-    adds nothing to that unless the job has a timeout, whose deadline the
-    pointer then carries (3)."""
+    """Fired onto the worker, with its attempt (version 1); the claim adds
+    nothing to that unless the job has a timeout, whose deadline the pointer
+    then carries (2)."""
     services.start_scheduler("s1")
     services.start_worker("w1")
+    await workers_registered(services, 1)
     await services.jobs.create(spec(NOW, ["sleep", "3"]), "plain")
     await services.jobs.create(spec(NOW, ["sleep", "3"], timeout="1m"), "timed")
-    for job_id, version, has_deadline in (("plain", 2, False), ("timed", 3, True)):
+    for job_id, version, has_deadline in (("plain", 1, False), ("timed", 2, True)):
         run = await wait_state(services, await only_run(services, job_id), RunState.RUNNING)
         stored = await services.store.get(services.keys.active(run.partition, run.id))
         assert stored is not None and stored.version == version, (job_id, stored)

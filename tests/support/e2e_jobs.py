@@ -130,3 +130,21 @@ def max_concurrency(spans: Iterable[tuple[float, float]]) -> int:
         current += delta
         peak = max(peak, current)
     return peak
+
+
+async def only_run(services: Services, job_id: str, timeout: float = 10.0) -> str:
+    [run] = await wait_runs(services, job_id, lambda rs: len(rs) == 1, timeout=timeout)
+    return run.id
+
+
+async def workers_registered(services: Services, count: int) -> None:
+    """Registered in etcd *and* seen by every scheduler's worker cache (a
+    retry placed before the cache saw the second worker has one choice)."""
+
+    async def registered() -> None:
+        page = await services.store.range(services.keys.members_prefix("workers"))
+        assert len(page.kvs) == count
+        for scheduler in services.schedulers.values():
+            assert len(scheduler.workers.items) == count
+
+    await assert_eventually(registered, timeout=5)

@@ -8,7 +8,8 @@ from __future__ import annotations
 import asyncio
 from typing import cast
 
-from etcdsched.assigner import ASSIGN_OPS, ASSIGNED, AssignRequest, WorkerBatcher
+from etcdsched.assign_requests import ASSIGN_OPS, ASSIGNED, AssignRequest
+from etcdsched.assigner import WorkerBatcher
 from etcdsched.capacity import CapacityIndex
 from etcdsched.codec import encode
 from etcdsched.keys import Keys, run_id
@@ -74,7 +75,7 @@ def request_for(rid: str, slots: int, queued: bool = True) -> AssignRequest:
             "queue_key": f"/t/queue/{rid}" if queued else None,
         }
     )
-    return AssignRequest(0, Cmp.exists("/t/owner"), Versioned(K.run(rid), run, 1, 1, 1), 0)
+    return AssignRequest(0, Cmp.exists("/t/owner"), 0, current=Versioned(K.run(rid), run, 1, 1, 1))
 
 
 async def test_a_batcher_counts_undecided_requests_as_placed_until_decided() -> None:
