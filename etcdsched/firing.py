@@ -33,7 +33,7 @@ from etcdsched.models import ActivePointer, DueEntry, RunRecord, SkipRecord
 from etcdsched.overlap import ActiveByJob, overlap_skip, overlap_verdict
 from etcdsched.ownership import Ownership
 from etcdsched.planning import PlannedRun, plan_fire
-from etcdsched.runs import RunOps, RunOrigin, new_run
+from etcdsched.runs import CREATE_OPS, RunOps, RunOrigin, new_run
 from etcdsched.store import KV, MAX_TXN_OPS, Cmp, Compare, Op, Ops, Store, Versioned
 
 log = logging.getLogger(__name__)
@@ -154,7 +154,7 @@ class PartitionFirer(ConflictResolution):
         jobs_in_chunk: set[str] = set()
         for kv in ready:
             write = self._entry_write(kv, now_ms, active_by_job)
-            weight = max(len(write.run_ops) + len(write.ops), len(write.compares))
+            weight = max(CREATE_OPS * len(write.unqueued) + len(write.ops), len(write.compares))
             job_id = self.keys.parse_due(kv.key).job_id
             full = size + weight > MAX_TXN_OPS or len(chunk) >= self.batch
             if chunk and (full or job_id in jobs_in_chunk):
@@ -193,6 +193,7 @@ class PartitionFirer(ConflictResolution):
         job_key = self.keys.job(entry.job_id)
         write = EntryWrite(
             entry=entry,
+            runs=self.runs,
             compares=[
                 Compare(kv.key, "mod", "==", kv.mod_revision),
                 Compare(job_key, "version", "==", entry.job_key_version),
@@ -234,15 +235,13 @@ class PartitionFirer(ConflictResolution):
                 skips.append(overlap_skip(entry, slot.slot_ms, now_ms))
                 continue
             write.unqueued.append(run)
-            run, compares, ops = self.runs.create(run)
+            compares = [Cmp.absent(self.keys.run(run.id))]  # a slot becomes at most one run
             if entry.spec.overlap == "skip":
                 prefix = self.keys.active_prefix(self.partition, entry.job_id)
                 compares.append(Cmp.prefix_empty(prefix))
             if verdict == "cancel":
                 write.cancel_after += [p.run_id for p in active]
             write.compares += compares
-            write.run_ops += ops
-            write.created.append(run)
             active.append(ActivePointer(run_id=run.id))
         return skips
 
@@ -300,7 +299,7 @@ class PartitionFirer(ConflictResolution):
         for (index, request, _), outcome in zip(sent, outcomes, strict=True):
             kv, write = chunk[index]
             if outcome == ASSIGNED and request.stored is not None:
-                write.created = [request.stored]
+                write.placed = [request.stored]
                 self._applied([(kv, write)], request.revision)
                 self.stats.direct += 1
             elif outcome in (FULL, GONE):
@@ -347,10 +346,11 @@ class PartitionFirer(ConflictResolution):
                 key, data, entry = write.next_kv
                 self.due.items[key] = KV(key, data, revision, revision, 1)
                 self._written[key] = (revision, entry)
-            for run in write.created:
+            created = write.created
+            for run in created:
                 self.on_fired(Versioned(self.keys.run(run.id), run, revision, revision, 1))
-            self.stats.fired += len(write.created)
-            FIRES.labels(kind="scheduled").inc(len(write.created))
+            self.stats.fired += len(created)
+            FIRES.labels(kind="scheduled").inc(len(created))
             self.cancel_requests += write.cancel_after
 
     # -- loop ------------------------------------------------------------------

@@ -17,6 +17,7 @@ from etcdsched.keys import Keys, run_seq
 from etcdsched.models import ActivePointer, DueEntry, RunRecord
 from etcdsched.ownership import Ownership
 from etcdsched.planning import FirePlan, plan_fire
+from etcdsched.runs import RunOps
 from etcdsched.store import KV, Compare, Op, Ops, Store
 
 log = logging.getLogger("etcdsched.firing")
@@ -27,26 +28,42 @@ class EntryWrite:
     """The compares and ops that fire one due entry."""
 
     compares: list[Compare] = field(default_factory=list)
-    run_ops: list[Op] = field(default_factory=list)
-    """The ops that create its runs in the queue (run, active pointer, queue entry)."""
     ops: list[Op] = field(default_factory=list)
-    """Its other ops: skip records, and the due entry's own delete and puts."""
-    created: list[RunRecord] = field(default_factory=list)
-    """The runs it creates, as stored."""
+    """Its ops besides the runs' own: skip records, and the due entry's
+    own delete and puts."""
     unqueued: list[RunRecord] = field(default_factory=list)
-    """The same runs as they are before they are queued (ADR 0016 places
-    a lone one straight onto a worker instead)."""
+    """The runs it creates, as they are before they are queued (ADR 0016
+    places a lone one straight onto a worker instead)."""
+    runs: RunOps | None = None
+    """Builds the runs' queue writes, only if they are wanted (see :meth:`queued`)."""
+    placed: list[RunRecord] = field(default_factory=list)
+    """The runs as stored when they were fired straight onto a worker."""
     entry: DueEntry | None = None
     """The due entry it fires."""
+    _queued: list[tuple[RunRecord, list[Op]]] | None = None
     cancel_after: list[str] = field(default_factory=list)
     next_kv: tuple[str, bytes, DueEntry] | None = None
     """The job's next due entry: key, value (encoded once for its two puts
     and the cache) and the entry itself (so the next firing need not decode it)."""
 
+    def queued(self) -> list[tuple[RunRecord, list[Op]]]:
+        """Each run as stored in the queue, with the ops that create it
+        there; built on first use, since a run fired straight onto a worker
+        never needs them (encoding them was wasted work on every such run)."""
+        if self._queued is None:
+            assert self.runs is not None
+            self._queued = [self.runs.create_ops(run) for run in self.unqueued]
+        return self._queued
+
+    @property
+    def created(self) -> list[RunRecord]:
+        """The runs it created, as stored."""
+        return self.placed or [run for run, _ in self.queued()]
+
     @property
     def all_ops(self) -> list[Op]:
         """Every op of the entry's firing into the queue."""
-        return [*self.run_ops, *self.ops]
+        return [*(op for _, ops in self.queued() for op in ops), *self.ops]
 
 
 @dataclass

@@ -85,6 +85,10 @@ def queue_entry(run: RunRecord) -> QueueEntry:
     return QueueEntry(run_id=run.id, deadline_ms=starting_deadline_ms(run))
 
 
+CREATE_OPS = 3
+"""Puts that create a run in the queue (:meth:`RunOps.create_ops`)."""
+
+
 class RunOps:
     """Key-level operations on runs under one prefix."""
 
@@ -97,19 +101,20 @@ class RunOps:
 
     def create(self, run: RunRecord) -> tuple[RunRecord, list[Compare], list[Op]]:
         """The run as stored (with its queue key). Compare: the run key was
-        never created (a slot becomes at most one run). Ops: the run, its
-        active pointer, its queue entry."""
+        never created (a slot becomes at most one run). Ops: see
+        :meth:`create_ops`."""
+        queued, ops = self.create_ops(run)
+        return queued, [Cmp.absent(self.keys.run(run.id))], ops
+
+    def create_ops(self, run: RunRecord) -> tuple[RunRecord, list[Op]]:
+        """The run as stored, and the ``CREATE_OPS`` puts that create it in
+        the queue: the run, its active pointer, its queue entry."""
         queued = run.model_copy(update={"queue_key": self.queue_key(run)})
-        key = self.keys.run(run.id)
-        return (
-            queued,
-            [Cmp.absent(key)],
-            [
-                Ops.put(key, queued),
-                Ops.put(self.keys.active(run.partition, run.id), ActivePointer(run_id=run.id)),
-                Ops.put(queued.queue_key or "", queue_entry(run)),
-            ],
-        )
+        return queued, [
+            Ops.put(self.keys.run(run.id), queued),
+            Ops.put(self.keys.active(run.partition, run.id), ActivePointer(run_id=run.id)),
+            Ops.put(queued.queue_key or "", queue_entry(run)),
+        ]
 
     def requeue(self, run: RunRecord) -> tuple[RunRecord, list[Op]]:
         """Put a retry_wait/pending run back in the placement queue."""
