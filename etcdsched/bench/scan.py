@@ -17,7 +17,7 @@ from typing import Any
 
 from etcdsched.bench.context import BenchContext, StoredJobs
 from etcdsched.bench.env import cpu_seconds
-from etcdsched.bench.etcd_ops import COMPACTED, per_unit, read_counters
+from etcdsched.bench.etcd_ops import BACKGROUND, per_unit, read_counters
 from etcdsched.bench.load import make_spec, templated_rows, write_jobs
 from etcdsched.bench.progress import note
 from etcdsched.bench.results import ScenarioResult, Table, Target
@@ -63,6 +63,10 @@ class PassCost:
     fired: int = 0
     compaction_ms: float = 0.0
     """Time of etcd's history compactions that finished during the pass."""
+    gc_cycles: float = 0.0
+    """etcd's Go garbage collections during the pass."""
+    snapshots: float = 0.0
+    """Raft snapshots etcd saved during the pass."""
 
 
 async def _one_pass(
@@ -71,7 +75,7 @@ async def _one_pass(
     clock = SystemClock()
     partitions = ctx.options.partitions
     before = (store.stats.keys_read, store.stats.requests, store.stats.txns)
-    compaction_before = await read_counters(ctx.endpoints[0], COMPACTED)
+    background_before = await read_counters(ctx.endpoints[0], BACKGROUND)
     cpu, etcd_cpu, wall = time.process_time(), cpu_seconds(ctx.etcd_pid), time.monotonic()
     fired = 0
     for pp in range(partitions):
@@ -91,8 +95,11 @@ async def _one_pass(
         wall_ms=(time.monotonic() - wall) * 1000,
         fired=fired,
     )
-    compaction = per_unit(compaction_before, await read_counters(ctx.endpoints[0], COMPACTED), 1)
-    cost.compaction_ms = compaction.get("compaction ms", 0.0)
+    after = await read_counters(ctx.endpoints[0], BACKGROUND)
+    background = per_unit(background_before, after, 1)
+    cost.compaction_ms = background.get("compaction ms", 0.0)
+    cost.gc_cycles = background.get("gc cycles", 0.0)
+    cost.snapshots = background.get("snapshots", 0.0)
     return cost
 
 
@@ -138,13 +145,15 @@ async def run(ctx: BenchContext) -> ScenarioResult:
         measured[size] = mean = await _measure_size(ctx, size)
         rows.append(
             [size, opts.scan_due, opts.scan_passes, mean.keys_read, mean.requests, mean.txns,
-             mean.client_cpu_ms, mean.etcd_cpu_ms, mean.compaction_ms, mean.wall_ms, mean.fired]
+             mean.client_cpu_ms, mean.etcd_cpu_ms, mean.compaction_ms, mean.gc_cycles,
+             mean.snapshots, mean.wall_ms, mean.fired]
         )  # fmt: skip
     small, large = measured[sizes[0]], measured[sizes[-1]]
     ratio = large.keys_read / small.keys_read if small.keys_read else None
     columns = ["stored jobs", "due/pass", "passes", "keys read/pass", "requests/pass",
                "txns/pass", "client CPU ms/pass", "etcd CPU ms/pass",
-               "etcd compaction ms/pass", "wall ms/pass", "fired/pass"]  # fmt: skip
+               "etcd compaction ms/pass", "etcd GC cycles/pass", "etcd snapshots/pass",
+               "wall ms/pass", "fired/pass"]  # fmt: skip
     name = f"keys read per pass at {sizes[-1]:,} stored jobs within 10% of {sizes[0]:,}"
     return ScenarioResult(
         name="scan",
@@ -158,6 +167,8 @@ async def run(ctx: BenchContext) -> ScenarioResult:
             "scheduler does on (re)start and every horizon/2; between re-lists it only "
             "follows the watch, so a steady-state pass reads even less.",
             "'etcd compaction ms' is the time of etcd's history compactions (every 10 s, "
-            "ADR 0015) that finished while the pass ran, by etcd's own histogram.",
+            "ADR 0015) that finished while the pass ran, by etcd's own histogram; "
+            "'GC cycles' are etcd's Go garbage collections and 'snapshots' its raft "
+            "snapshots saved in that time (etcd's metrics page is read between passes).",
         ],
     )

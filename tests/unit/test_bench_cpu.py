@@ -7,7 +7,7 @@ from pathlib import Path
 
 from etcdsched.bench.cpu import CpuSample, fleet_groups, per_unit_ms, sample
 from etcdsched.bench.env import source_commit
-from etcdsched.bench.etcd_ops import COMPACTED, parse_counters, per_unit
+from etcdsched.bench.etcd_ops import BACKGROUND, parse_counters, per_unit
 from etcdsched.bench.report import version_line
 
 
@@ -57,10 +57,18 @@ def test_a_run_names_the_commit_it_ran_from(tmp_path: Path) -> None:
     assert version_line({"etcdsched": "0.1.0"}) == "0.1.0"
 
 
-def test_the_compaction_counter_is_read_from_the_same_page() -> None:
+def test_the_background_counters_are_read_from_the_same_page() -> None:
     page = (
         "etcd_debugging_mvcc_db_compaction_total_duration_milliseconds_sum 42\n"
         "etcd_debugging_mvcc_db_compaction_total_duration_milliseconds_count 3\n"
+        "go_gc_duration_seconds_count 17\n"
+        'go_gc_duration_seconds{quantile="0.5"} 0.001\n'
+        "etcd_debugging_snap_save_total_duration_seconds_count 2\n"
         "etcd_mvcc_put_total 9\n"
     )
-    assert parse_counters(page, COMPACTED) == {"compactions": 3.0, "compaction ms": 42.0}
+    assert parse_counters(page, BACKGROUND) == {
+        "compactions": 3.0,
+        "compaction ms": 42.0,
+        "gc cycles": 17.0,
+        "snapshots": 2.0,
+    }
