@@ -305,7 +305,9 @@ class PartitionFirer(ConflictResolution):
             elif outcome in (FULL, GONE):
                 queued.append((kv, write))
             else:
-                if isinstance(outcome, BaseException):
+                if isinstance(outcome, asyncio.CancelledError):  # the worker left
+                    log.info("firing %s onto a worker: its batcher was closed", kv.key)
+                elif isinstance(outcome, BaseException):
                     log.warning("firing %s onto a worker: %r", kv.key, outcome)
                 unsure.append((kv, write))
         if queued:
