@@ -12,8 +12,12 @@ turned out full or gone.
 
 A run may go straight onto a worker only when nothing waits for placement
 in this scheduler: no fired run that placement has not looked at, and no
-ready run that the last placement pass left waiting for room. Queued runs
-come first (priority, then not-before); a new run never overtakes them.
+ready run that the last placement pass left waiting for room. So a run
+waiting for room keeps its turn (priority, then not-before). The one gap:
+a run queued by someone else (a retry, a hand-back) is not known to be
+waiting until the next pass looks at it, and a run fired in that moment
+(at most the 50 ms gathering wait) may take the slot it would have got;
+that pass then finds it waiting, and firing goes to the queue again.
 """
 
 from __future__ import annotations

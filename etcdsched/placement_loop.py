@@ -134,7 +134,7 @@ class PlacementLoop:
         """Runs may be fired straight onto workers (ADR 0016): the worker
         caches are loaded, and no run waits for placement: none fired that
         a pass has not looked at, none left waiting for room by the last
-        pass. Queued runs come first; a new run must not overtake them."""
+        pass. A run waiting for room keeps its turn (see ``etcdsched.direct_fire``)."""
         loaded = self.workers.ready.is_set() and self.assignments.ready.is_set()
         return loaded and not self.backlogged and not self.unexamined()
 
