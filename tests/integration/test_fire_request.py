@@ -3,6 +3,7 @@ against real etcd: what it writes, and each way it can fail."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from etcdsched.assign_requests import ASSIGNED, CONFLICT, GONE, FireRequest
@@ -69,12 +70,18 @@ async def fire_request(c: Cluster, job_id: str) -> FireRequest:
     )
 
 
-async def test_a_fired_run_is_created_assigned_with_its_assignment_and_pointer(
-    store: EtcdStore, keys: Keys
-) -> None:
+async def fired(store: EtcdStore, keys: Keys) -> tuple[Cluster, FireRequest]:
+    """A cluster, and the request that fired job ``j``'s run onto w1."""
     c = await cluster(store, keys)
     request = await fire_request(c, "j")
     assert await c.batcher.assign(request) == ASSIGNED
+    return c, request
+
+
+async def test_a_fired_run_is_created_assigned_with_its_assignment_and_pointer(
+    store: EtcdStore, keys: Keys
+) -> None:
+    _, request = await fired(store, keys)
     stored = await store.get(request.run_key)
     assert stored is not None and stored.version == 1 and request.revision == stored.mod_revision
     run = stored.decode(RunRecord).value
@@ -93,20 +100,8 @@ async def test_a_fired_run_is_created_assigned_with_its_assignment_and_pointer(
 async def test_the_same_entry_fired_again_is_a_conflict_and_writes_nothing(
     store: EtcdStore, keys: Keys
 ) -> None:
-    c = await cluster(store, keys)
-    first = await fire_request(c, "j")
-    assert await c.batcher.assign(first) == ASSIGNED
-    again = FireRequest(
-        0,
-        c.guard,
-        first.now_ms,
-        pending=first.pending,
-        run_key=first.run_key,
-        due=first.due,
-        job_key=first.job_key,
-        job_key_version=1,
-        entry_ops=first.entry_ops,
-    )
+    c, first = await fired(store, keys)
+    again = dataclasses.replace(first)  # a new request, same entry
     assert await c.batcher.assign(again) == CONFLICT
     stored = await store.get(first.run_key)
     assert stored is not None and stored.version == 1
