@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from etcdsched.keys import Keys
 from etcdsched.models import ActivePointer, Assignment, RunRecord, assign_attempt
 from etcdsched.statemachine import RunState, transition
-from etcdsched.store import KV, Cmp, Compare, Op, Ops, Versioned
+from etcdsched.store import KV, Cmp, Compare, Op, Ops, Versioned, holds
 
 ASSIGNED = "assigned"
 """The run is on the worker (run, assignment and active pointer written)."""
@@ -98,14 +98,14 @@ class BatchRequest(ABC):
     def ops(self, keys: Keys, worker: str) -> list[Op]:
         """What the request writes when the worker takes it."""
 
-    @abstractmethod
     def reads(self) -> list[Op]:
-        """What the failure branch reads back for this request."""
+        """What the failure branch reads back: the key of each compare."""
+        return [Ops.get(c.key) for c in self.compares()]
 
-    @abstractmethod
     def still_possible(self, responses: list[list[KV]]) -> bool:
         """From the answers to :meth:`reads`: every compare of
         :meth:`compares` would hold again."""
+        return all(holds(c, kvs) for c, kvs in zip(self.compares(), responses, strict=True))
 
     def resolve(self, outcome: str) -> None:
         if not self.done.done():
@@ -140,29 +140,23 @@ class AssignRequest(BatchRequest):
         _, ops = assignment_ops(keys, self.current.value, worker, self.now_ms)
         return [*ops, *release]
 
-    def reads(self) -> list[Op]:
-        return [Ops.get(self.current.key)]
-
-    def still_possible(self, responses: list[list[KV]]) -> bool:
-        (run_kvs,) = responses
-        return bool(run_kvs) and run_kvs[0].mod_revision == self.current.mod_revision
-
 
 @dataclass
 class FireRequest(BatchRequest):
     """Fire one due entry whose plan is one run straight onto the worker.
 
-    Compares (the firing's, moved here): *the due entry is unchanged*
-    (``mod``), *the job is the version the entry was computed from*
-    (``version`` of the job key) and *the run was never created* (run key
-    absent). Ops: the run assigned, its assignment, its active pointer, and
-    the entry's own writes (its delete, the next entry and due pointer)."""
+    Compares: the firing's own, as the firer built them: *the due entry is
+    unchanged* (``mod``), *the job is the version the entry was computed
+    from* (``version`` of the job key) and *the run was never created* (run
+    key absent). Ops: the run assigned, its assignment, its active pointer,
+    and the entry's own writes (its delete, the next entry and due pointer)."""
 
     pending: RunRecord = field(kw_only=True)
     run_key: str = field(kw_only=True)
     due: KV = field(kw_only=True)
-    job_key: str = field(kw_only=True)
-    job_key_version: int = field(kw_only=True)
+    """The due entry it fires, as the firer read it."""
+    firing: list[Compare] = field(kw_only=True)
+    """The firing's compares (see above)."""
     entry_ops: list[Op] = field(kw_only=True)
     stored: RunRecord | None = field(default=None, init=False)
     """The run as last written onto the worker (set by :meth:`ops`)."""
@@ -179,21 +173,8 @@ class FireRequest(BatchRequest):
         return ASSIGN_OPS + len(self.entry_ops)
 
     def compares(self) -> list[Compare]:
-        return [
-            Cmp.mod(self.due.key, self.due.mod_revision),
-            Compare(self.job_key, "version", "==", self.job_key_version),
-            Cmp.absent(self.run_key),
-        ]
+        return self.firing
 
     def ops(self, keys: Keys, worker: str) -> list[Op]:
         self.stored, ops = assignment_ops(keys, self.pending, worker, self.now_ms)
         return [*ops, *self.entry_ops]
-
-    def reads(self) -> list[Op]:
-        return [Ops.get(self.due.key), Ops.get(self.job_key), Ops.get(self.run_key)]
-
-    def still_possible(self, responses: list[list[KV]]) -> bool:
-        due_kvs, job_kvs, run_kvs = responses
-        due_same = bool(due_kvs) and due_kvs[0].mod_revision == self.due.mod_revision
-        job_same = bool(job_kvs) and job_kvs[0].version == self.job_key_version
-        return due_same and job_same and not run_kvs

@@ -48,7 +48,7 @@ from etcdsched.capacity import with_assignments
 from etcdsched.errors import OutcomeUnknown, StoreRejected, StoreUnavailable
 from etcdsched.keys import Keys
 from etcdsched.placement import NOTHING, WorkerView, fits, plus, total_of
-from etcdsched.store import MAX_TXN_OPS, Cmp, Ops, Store, TxnResult
+from etcdsched.store import MAX_TXN_OPS, Cmp, Ops, Store, TxnResult, holds
 
 __all__ = ["ASSIGNED", "CONFLICT", "FULL", "GONE", "UNKNOWN", "AssignRequest", "Assigner"]
 log = logging.getLogger(__name__)
@@ -262,8 +262,7 @@ class WorkerBatcher:
         kept = []
         for request in batch:
             mine = [next(answers) for _ in request.reads()]
-            owner_kvs = owners[request.partition]
-            owned = bool(owner_kvs) and owner_kvs[0].create_revision == request.guard.operand
+            owned = holds(request.guard, owners[request.partition])
             if owned and request.still_possible(mine):
                 kept.append(request)
             else:

@@ -43,7 +43,7 @@ def lone_run(write: EntryWrite, now_ms: int) -> RunRecord | None:
     the plan is exactly one run, the job's overlap policy is ``allow`` (no
     active-run compare, no run to cancel), it depends on no other job, and
     its starting deadline has not passed."""
-    if len(write.unqueued) != 1 or write.cancel_after or write.entry is None:
+    if len(write.unqueued) != 1 or write.cancel_after:
         return None
     run = write.unqueued[0]
     if run.spec.overlap != "allow" or run.spec.depends_on:
@@ -79,7 +79,7 @@ class DirectPlacement:
         for index, (kv, write) in enumerate(chunk):
             run = lone_run(write, now_ms)
             worker = None if run is None else self._choose(run, views)
-            if run is None or worker is None or write.entry is None:
+            if run is None or worker is None:
                 continue
             request = FireRequest(
                 partition,
@@ -88,8 +88,7 @@ class DirectPlacement:
                 pending=run,
                 run_key=self.keys.run(run.id),
                 due=kv,
-                job_key=self.keys.job(run.job_id),
-                job_key_version=write.entry.job_key_version,
+                firing=write.compares,
                 entry_ops=write.ops,
             )
             task = asyncio.ensure_future(self.assigner.assign(worker, request))

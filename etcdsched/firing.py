@@ -192,8 +192,7 @@ class PartitionFirer(ConflictResolution):
         plan = plan_fire(entry, now_ms)
         job_key = self.keys.job(entry.job_id)
         write = EntryWrite(
-            entry=entry,
-            runs=self.runs,
+            self.runs,
             compares=[
                 Compare(kv.key, "mod", "==", kv.mod_revision),
                 Compare(job_key, "version", "==", entry.job_key_version),

@@ -18,7 +18,7 @@ from etcdsched.models import ActivePointer, DueEntry, RunRecord
 from etcdsched.ownership import Ownership
 from etcdsched.planning import FirePlan, plan_fire
 from etcdsched.runs import RunOps
-from etcdsched.store import KV, Compare, Op, Ops, Store
+from etcdsched.store import KV, Compare, Op, Ops, Store, holds
 
 log = logging.getLogger("etcdsched.firing")
 
@@ -27,6 +27,8 @@ log = logging.getLogger("etcdsched.firing")
 class EntryWrite:
     """The compares and ops that fire one due entry."""
 
+    runs: RunOps
+    """Builds the runs' queue writes, only if they are wanted (see :meth:`queued`)."""
     compares: list[Compare] = field(default_factory=list)
     ops: list[Op] = field(default_factory=list)
     """Its ops besides the runs' own: skip records, and the due entry's
@@ -34,12 +36,8 @@ class EntryWrite:
     unqueued: list[RunRecord] = field(default_factory=list)
     """The runs it creates, as they are before they are queued (ADR 0016
     places a lone one straight onto a worker instead)."""
-    runs: RunOps | None = None
-    """Builds the runs' queue writes, only if they are wanted (see :meth:`queued`)."""
     placed: list[RunRecord] = field(default_factory=list)
     """The runs as stored when they were fired straight onto a worker."""
-    entry: DueEntry | None = None
-    """The due entry it fires."""
     _queued: list[tuple[RunRecord, list[Op]]] | None = None
     cancel_after: list[str] = field(default_factory=list)
     next_kv: tuple[str, bytes, DueEntry] | None = None
@@ -51,7 +49,6 @@ class EntryWrite:
         there; built on first use, since a run fired straight onto a worker
         never needs them (encoding them was wasted work on every such run)."""
         if self._queued is None:
-            assert self.runs is not None
             self._queued = [self.runs.create_ops(run) for run in self.unqueued]
         return self._queued
 
@@ -106,7 +103,7 @@ class ConflictResolution(ABC):
         """Reflect a committed batch in memory (see the firer)."""
 
     def _check_owner(self, owner_kvs: list[KV], guard: Compare) -> None:
-        if not owner_kvs or owner_kvs[0].create_revision != guard.operand:
+        if not holds(guard, owner_kvs):
             self.ownership.tokens.pop(self.partition, None)
             raise OwnershipLost(f"partition {self.partition} was taken over")
 

@@ -90,6 +90,31 @@ def prefix_end(prefix: str) -> str:
     return prefix[:-1] + chr(ord(prefix[-1]) + 1)
 
 
+def holds(compare: Compare, kvs: list[KV]) -> bool:
+    """Whether the single-key ``compare`` holds for its key as read back:
+    ``kvs`` answers a get of that key (empty: absent, so every revision and
+    the version are 0 and the value is empty). A failure branch that reads
+    back what its compares looked at asks this, instead of restating each
+    compare by hand."""
+    if compare.range_end is not None:
+        raise ValueError(f"a range compare is not read back: {compare.key}")
+    kv = kvs[0] if kvs else None
+    actual: int | bytes
+    if compare.target == "value":
+        actual = kv.value if kv else b""
+    else:
+        field = {"create": "create_revision", "mod": "mod_revision"}.get(compare.target)
+        actual = getattr(kv, field or compare.target) if kv else 0
+    operand = compare.operand
+    if compare.operator == "==":
+        return actual == operand
+    if compare.operator == "!=":
+        return actual != operand
+    if isinstance(actual, bytes) or isinstance(operand, bytes):
+        raise ValueError(f"values compare only for equality: {compare.key}")
+    return actual < operand if compare.operator == "<" else actual > operand
+
+
 class Cmp:
     """Builders for the compares etcdsched uses."""
 

@@ -64,8 +64,11 @@ async def fire_request(c: Cluster, job_id: str) -> FireRequest:
         pending=run,
         run_key=c.keys.run(run.id),
         due=due,
-        job_key=c.keys.job(job_id),
-        job_key_version=1,
+        firing=[  # as the firer builds them
+            Cmp.mod(due_key, due.mod_revision),
+            Compare(c.keys.job(job_id), "version", "==", 1),
+            Cmp.absent(c.keys.run(run.id)),
+        ],
         entry_ops=[Ops.delete(due_key)],
     )
 

@@ -6,8 +6,8 @@ from typing import Any
 
 from etcdsched.direct_fire import lone_run
 from etcdsched.firing_conflicts import EntryWrite
-from etcdsched.models import DueEntry
-from etcdsched.runs import RunOrigin, new_run
+from etcdsched.keys import Keys
+from etcdsched.runs import RunOps, RunOrigin, new_run
 from etcdsched.spec import JobSpec
 
 SLOT_MS = 1_800_000_000_000
@@ -21,10 +21,7 @@ def write_for(count: int = 1, **spec_fields: Any) -> EntryWrite:
         new_run(RunOrigin("j", spec, 1), SLOT_MS + i * 1000, SLOT_MS - 2000, 4)
         for i in range(count)
     ]
-    entry = DueEntry(
-        job_id="j", slot_ms=SLOT_MS, anchor_ms=SLOT_MS, spec=spec, job_version=1, job_key_version=1
-    )
-    return EntryWrite(unqueued=runs, entry=entry)
+    return EntryWrite(RunOps(Keys("/t/")), unqueued=runs)
 
 
 def test_a_lone_run_of_an_allow_job_goes_straight_onto_a_worker() -> None:
