@@ -15,7 +15,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
 from etcdsched.keys import Keys
-from etcdsched.models import ActivePointer, Assignment, RunRecord, assign_attempt
+from etcdsched.models import ActivePointer, RunRecord, assign_attempt
+from etcdsched.runs import new_assignment
 from etcdsched.statemachine import RunState, transition
 from etcdsched.store import KV, Cmp, Compare, Op, Ops, Versioned, holds
 
@@ -50,12 +51,7 @@ def assignment_ops(
     if run.state is RunState.RETRY_WAIT:
         run = transition(run, RunState.PENDING, now_ms)
     assigned = assign_attempt(run, worker, now_ms).model_copy(update={"queue_key": None})
-    assignment = Assignment(
-        run_id=run.id,
-        attempt=assigned.attempt,
-        not_before_ms=max(run.not_before_ms, run.retry_at_ms or 0),
-        resources=run.spec.resources,
-    )
+    assignment = new_assignment(assigned, max(run.not_before_ms, run.retry_at_ms or 0))
     pointer = ActivePointer(run_id=run.id, worker=worker, attempt=assigned.attempt)
     return assigned, [
         Ops.put(keys.run(run.id), assigned),

@@ -343,6 +343,24 @@ class OwnerRecord(Record):
     since_ms: int
 
 
+class ClaimHint(Record):
+    """What a worker needs to claim an attempt without reading its run first
+    (ADR 0017): the claim key's partition, and the hang budget that goes
+    into the active pointer's deadline."""
+
+    partition: int
+    hang_budget_ms: int | None
+    """The run's timeout plus its kill grace; ``None`` for a run without a
+    timeout (it is never declared hung)."""
+
+
+def hang_budget_ms(spec: JobSpec) -> int | None:
+    """Timeout plus kill grace in ms, or ``None`` without a timeout."""
+    if spec.timeout is None:
+        return None
+    return int((spec.timeout + spec.kill_grace).total_seconds() * 1000)
+
+
 class Assignment(Record):
     """A run placed on a worker; the worker watches only its own assignments."""
 
@@ -351,6 +369,9 @@ class Assignment(Record):
     not_before_ms: int
     resources: Resources
     cancel: bool = False
+    claim_hint: ClaimHint | None = None
+    """Set by every writer since ADR 0017; an assignment written before
+    has none, and its worker reads the run before claiming."""
 
 
 class Claim(Record):

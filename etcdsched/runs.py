@@ -13,7 +13,15 @@ from typing import Literal
 from etcdsched.errors import Conflict, NotFound
 from etcdsched.keys import Keys, partition_of, run_id, run_seq
 from etcdsched.metrics import RETRIES, RUNS_BY_STATE
-from etcdsched.models import ActivePointer, Assignment, DueEntry, QueueEntry, RunRecord
+from etcdsched.models import (
+    ActivePointer,
+    Assignment,
+    ClaimHint,
+    DueEntry,
+    QueueEntry,
+    RunRecord,
+    hang_budget_ms,
+)
 from etcdsched.spec import JobSpec
 from etcdsched.statemachine import RunState, transition
 from etcdsched.store import Cmp, Compare, Op, Ops, Store, Versioned
@@ -167,14 +175,21 @@ class RunOps:
     def cancel_assignment_op(self, run: RunRecord) -> Op:
         """Tell the worker running ``run`` to stop it (it watches its assignments)."""
         assert run.worker is not None and run.current is not None
-        assignment = Assignment(
-            run_id=run.id,
-            attempt=run.attempt,
-            not_before_ms=run.not_before_ms,
-            resources=run.spec.resources,
-            cancel=True,
-        )
+        assignment = new_assignment(run, run.not_before_ms, cancel=True)
         return Ops.put(self.keys.assign(run.worker, run.id), assignment)
+
+
+def new_assignment(run: RunRecord, not_before_ms: int, *, cancel: bool = False) -> Assignment:
+    """The assignment of ``run``'s current attempt, with the hint that lets
+    its worker claim it unread (ADR 0017)."""
+    return Assignment(
+        run_id=run.id,
+        attempt=run.attempt,
+        not_before_ms=not_before_ms,
+        resources=run.spec.resources,
+        cancel=cancel,
+        claim_hint=ClaimHint(partition=run.partition, hang_budget_ms=hang_budget_ms(run.spec)),
+    )
 
 
 async def cancel_run(store: Store, keys: Keys, rid: str, now_ms: int, reason: str) -> RunRecord:

@@ -81,6 +81,10 @@ class Running:
     shutdown: Interrupt = field(default_factory=Interrupt)
     """This worker is shutting down: hand back if not started, else stop and
     report ``lost`` so the retry policy reruns it elsewhere."""
+    assigned_revision: int = 0
+    """The ``mod_revision`` of the assignment as we saw it: the transaction
+    that assigned the run to us wrote the run at this revision too, so an
+    unchanged run still has it (the unread claim of ADR 0017 compares it)."""
     process: Process | None = None
     """Set once the job is prepared (forked behind its gate)."""
     started: bool = False
@@ -277,7 +281,7 @@ class WorkerService:
         if self.draining or self.session is None:
             return
         task = asyncio.create_task(self._handle(assignment), name=f"run {rid}")
-        self.running[rid] = Running(assignment, task)
+        self.running[rid] = Running(assignment, task, assigned_revision=event.kv.mod_revision)
         if assignment.cancel:
             self.running[rid].cancel.set()
 

@@ -14,7 +14,11 @@ Transactions and their compares:
   to us* (its ``mod_revision``) and *nobody holds a claim on it* (claim key
   absent): puts the claim under our lease and the run's active pointer with
   the hung-detection deadline. From here only our lease's expiry (which
-  self-fencing outruns) or a hung verdict can take the attempt from us;
+  self-fencing outruns) or a hung verdict can take the attempt from us.
+  An assignment with a claim hint is claimed *unread* first (ADR 0017):
+  the same puts, compared against the assignment's own ``mod_revision``
+  (the transaction that assigned the run wrote both), reading the run in
+  the same transaction; if refused, the run is read and claimed as above;
 * started (after the start) — *our claim is still there, byte for byte*
   and *the run is unchanged*: the run becomes ``running`` with its start
   time and pid. A refused write with our claim gone means the attempt was
@@ -37,11 +41,11 @@ from etcdsched.codec import encode
 from etcdsched.errors import StoreUnavailable
 from etcdsched.interrupts import wait_or_interrupt
 from etcdsched.logstore import LogWriter
-from etcdsched.models import ActivePointer, Claim, RunRecord, start_attempt
+from etcdsched.models import ActivePointer, Claim, RunRecord, hang_budget_ms, start_attempt
 from etcdsched.process_group import ExitStatus, Process
 from etcdsched.session import Session
 from etcdsched.statemachine import RunState
-from etcdsched.store import Cmp, Ops, Versioned
+from etcdsched.store import Cmp, Op, Ops, Versioned
 from etcdsched.worker_report import AttemptEnding
 from etcdsched.worker_start import PRESTART_MS, InstantStart, until
 
@@ -73,10 +77,7 @@ class AttemptRunner(AttemptEnding):
         transaction (a no-op, or a job quicker than a write under load)."""
 
     async def execute(self) -> None:
-        current = await self._assigned_run()
-        if current is None:
-            return
-        held = await self._settle(current, claimed=False)
+        held = await self._claim_unread() or await self._claim_read()
         if held is None:
             return
         # opened now, not at the instant: a burst's instant costs a start each
@@ -100,6 +101,52 @@ class AttemptRunner(AttemptEnding):
         if outcome is None or self.session.lost:
             return  # revoked or fenced: someone else decides this attempt
         await self._report(outcome, exit_code, reason)
+
+    async def _claim_read(self) -> Versioned[RunRecord] | None:
+        """Read the run, then claim it (or end it unstarted): the path of an
+        assignment without a claim hint, or whose unread claim was refused."""
+        current = await self._assigned_run()
+        if current is None:
+            return None
+        return await self._settle(current, claimed=False)
+
+    async def _claim_unread(self) -> Versioned[RunRecord] | None:
+        """Claim on arrival without reading the run first (ADR 0017), and
+        read it in the same transaction. Compares: *the run's mod_revision
+        is the assignment's* (every writer of an assignment writes its run
+        in the same transaction, so the run is still as it was assigned to
+        us) and *no claim on it*. ``None``: not tried (no hint, or the
+        attempt was interrupted already) or refused; the caller reads and
+        decides as before."""
+        hint = self.assignment.claim_hint
+        if hint is None or not self.item.assigned_revision or self._interrupted():
+            return None
+        self.session.check()
+        run_key = self.w.keys.run(self.rid)
+        compares = [Cmp.mod(run_key, self.item.assigned_revision)]
+        ops = self._claim_ops(hint.partition, self.assignment.attempt, hint.hang_budget_ms)
+        try:
+            result = await self.w.store.txn(
+                [*compares, Cmp.absent(self.claim_key)], [*ops, Ops.get(run_key)]
+            )
+        except StoreUnavailable:  # outcome unknown: did our claim land?
+            return await self._read_run() if await self._claim_landed() else None
+        if not result.succeeded or not result.responses[-1]:
+            self.claim_key = ""
+            return None
+        held = result.responses[-1][0].decode(RunRecord)
+        if not self._assigned_to_us(held.value):  # cannot happen, by the compare
+            log.error("run %s: claimed unread, but not assigned to us: %s", self.rid, held.value)
+            await self._try(
+                [Cmp.value(self.claim_key, self.claim_bytes)], [Ops.delete(self.claim_key)]
+            )
+            self.claim_key = ""
+            return None
+        return held
+
+    def _interrupted(self) -> bool:
+        item = self.item
+        return item.revoked.is_set() or item.shutdown.is_set() or item.cancel.is_set()
 
     async def _settle(
         self, current: Versioned[RunRecord], claimed: bool
@@ -152,14 +199,14 @@ class AttemptRunner(AttemptEnding):
 
     async def _assigned_run(self) -> Versioned[RunRecord] | None:
         current = await self._read_run()
-        run = current.value
-        if (
-            run.state is not RunState.ASSIGNED
-            or run.worker != self.w.member_id
-            or run.attempt != self.assignment.attempt
-        ):
-            return None
-        return current
+        return current if self._assigned_to_us(current.value) else None
+
+    def _assigned_to_us(self, run: RunRecord) -> bool:
+        return (
+            run.state is RunState.ASSIGNED
+            and run.worker == self.w.member_id
+            and run.attempt == self.assignment.attempt
+        )
 
     async def _claim(self, current: Versioned[RunRecord]) -> bool:
         """Take the attempt: claim key under our lease (compares: run
@@ -172,22 +219,7 @@ class AttemptRunner(AttemptEnding):
         one watch event per run fewer)."""
         self.session.check()
         run = current.value
-        claim = Claim(
-            run_id=run.id, worker=self.w.member_id, attempt=run.attempt, lease=self.session.lease_id
-        )
-        self.claim_key = self.w.keys.claim(run.partition, run.id)
-        self.claim_bytes = encode(claim)
-        deadline = None
-        if run.spec.timeout is not None:
-            budget = (run.spec.timeout + run.spec.kill_grace).total_seconds() * 1000
-            begins = max(self.w.clock.now_ms(), self.assignment.not_before_ms)
-            deadline = begins + int(budget) + HUNG_SLACK_MS
-        pointer = ActivePointer(
-            run_id=run.id, worker=self.w.member_id, attempt=run.attempt, deadline_ms=deadline
-        )
-        ops = [Ops.put(self.claim_key, self.claim_bytes, lease=self.session.lease_id)]
-        if deadline is not None:
-            ops.append(Ops.put(self.w.keys.active(run.partition, run.id), pointer))
+        ops = self._claim_ops(run.partition, run.attempt, hang_budget_ms(run.spec))
         try:
             result = await self.w.store.txn(
                 [Cmp.mod(current.key, current.mod_revision), Cmp.absent(self.claim_key)], ops
@@ -195,6 +227,26 @@ class AttemptRunner(AttemptEnding):
             return result.succeeded
         except StoreUnavailable:  # outcome unknown: did our claim land?
             return await self._claim_landed()
+
+    def _claim_ops(self, partition: int, attempt: int, budget_ms: int | None) -> list[Op]:
+        """Sets ``claim_key`` and ``claim_bytes``; the claim's put under our
+        lease, and the active pointer's with its hang deadline when the run
+        has a timeout (``budget_ms``)."""
+        lease = self.session.lease_id
+        claim = Claim(run_id=self.rid, worker=self.w.member_id, attempt=attempt, lease=lease)
+        self.claim_key = self.w.keys.claim(partition, self.rid)
+        self.claim_bytes = encode(claim)
+        ops = [Ops.put(self.claim_key, self.claim_bytes, lease=lease)]
+        if budget_ms is not None:
+            begins = max(self.w.clock.now_ms(), self.assignment.not_before_ms)
+            pointer = ActivePointer(
+                run_id=self.rid,
+                worker=self.w.member_id,
+                attempt=attempt,
+                deadline_ms=begins + budget_ms + HUNG_SLACK_MS,
+            )
+            ops.append(Ops.put(self.w.keys.active(partition, self.rid), pointer))
+        return ops
 
     async def _claim_landed(self) -> bool:
         kv = await self._while_session_holds(lambda: self.w.store.get(self.claim_key))
