@@ -222,11 +222,18 @@ class AttemptRunner(AttemptEnding):
         ops = self._claim_ops(run.partition, run.attempt, hang_budget_ms(run.spec))
         try:
             result = await self.w.store.txn(
-                [Cmp.mod(current.key, current.mod_revision), Cmp.absent(self.claim_key)], ops
+                [Cmp.mod(current.key, current.mod_revision), Cmp.absent(self.claim_key)],
+                ops,
+                [Ops.get(self.claim_key)],
             )
-            return result.succeeded
         except StoreUnavailable:  # outcome unknown: did our claim land?
             return await self._claim_landed()
+        if result.succeeded:
+            return True
+        # An earlier claim of ours whose outcome was unknown may have landed
+        # after we looked: the claim there is ours, and so is the attempt.
+        claim_now = result.responses[0] if result.responses else []
+        return bool(claim_now) and claim_now[0].value == self.claim_bytes
 
     def _claim_ops(self, partition: int, attempt: int, budget_ms: int | None) -> list[Op]:
         """Sets ``claim_key`` and ``claim_bytes``; the claim's put under our

@@ -5,9 +5,11 @@ was assigned), it reads the run and claims it as before."""
 
 from __future__ import annotations
 
+import pytest
+
 from etcdsched.assign_requests import assignment_ops
 from etcdsched.executor import NoopExecutor
-from etcdsched.models import Assignment, RunRecord
+from etcdsched.models import Assignment, Claim, RunRecord
 from etcdsched.statemachine import RunState
 from etcdsched.store import Cmp, Ops
 from etcdsched.worker import WorkerService
@@ -39,6 +41,13 @@ async def assigned_by_hand(
     without its claim hint unless ``hinted``, and written once more after
     the assignment if ``touched`` (its mod revision is then past it)."""
     run = await services.jobs.trigger(job_id)
+    return await assign_by_hand(services, run, hinted=hinted, touched=touched)
+
+
+async def assign_by_hand(
+    services: Services, run: RunRecord, *, hinted: bool, touched: bool
+) -> RunRecord:
+    """``run`` assigned to ``w1``; see :func:`assigned_by_hand`."""
     current = await services.jobs.runs.load(services.store, run.id)
     assigned, ops = assignment_ops(services.keys, current.value, "w1", now_ms())
     if not hinted:
@@ -79,3 +88,26 @@ async def test_a_run_is_read_first_when_its_assignment_has_no_hint_or_it_changed
         done = await wait_state(services, run.id, RunState.SUCCEEDED)
         assert [a.state for a in done.attempts] == [RunState.SUCCEEDED]
         assert services.keys.run(run.id) in reads
+
+
+@pytest.mark.parametrize("hinted", [True, False])
+async def test_a_claim_of_ours_that_landed_late_is_taken_as_ours(
+    services: Services, hinted: bool
+) -> None:
+    """A claim sent while etcd was unavailable can land after the worker
+    looked for it. Its next try is refused (a claim is there), finds the
+    claim byte for byte its own, and goes on with the attempt rather than
+    retrying for as long as its session lasts."""
+    await services.jobs.create(spec(NEW_YEAR, ["true"]), "late")
+    worker = services.start_worker("w1", NoopExecutor())
+    await workers_registered(services, 1)
+    assert worker.session is not None
+    lease = worker.session.lease_id
+    run = await services.jobs.trigger("late")
+    landed = Claim(run_id=run.id, worker="w1", attempt=1, lease=lease)
+    claim_key = services.keys.claim(run.partition, run.id)
+    await services.store.txn([], [Ops.put(claim_key, landed, lease=lease)])
+    await assign_by_hand(services, run, hinted=hinted, touched=False)
+    done = await wait_state(services, run.id, RunState.SUCCEEDED)
+    assert [a.state for a in done.attempts] == [RunState.SUCCEEDED]
+    assert await services.store.get(claim_key) is None
