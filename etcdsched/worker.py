@@ -74,6 +74,10 @@ class Running:
 
     assignment: Assignment
     task: asyncio.Task[None]
+    assigned_revision: int
+    """The ``mod_revision`` of the assignment as we saw it: the transaction
+    that assigned the run to us wrote the run at this revision too, so an
+    unchanged run still has it (the unread claim of ADR 0017 compares it)."""
     cancel: Interrupt = field(default_factory=Interrupt)
     """A client cancelled the run: stop the process, report ``cancelled``."""
     revoked: Interrupt = field(default_factory=Interrupt)
@@ -81,14 +85,17 @@ class Running:
     shutdown: Interrupt = field(default_factory=Interrupt)
     """This worker is shutting down: hand back if not started, else stop and
     report ``lost`` so the retry policy reruns it elsewhere."""
-    assigned_revision: int = 0
-    """The ``mod_revision`` of the assignment as we saw it: the transaction
-    that assigned the run to us wrote the run at this revision too, so an
-    unchanged run still has it (the unread claim of ADR 0017 compares it)."""
     process: Process | None = None
     """Set once the job is prepared (forked behind its gate)."""
     started: bool = False
     """The gate opened: the job itself runs (drain hands back the others)."""
+
+    def interrupts(self) -> tuple[Interrupt, Interrupt, Interrupt]:
+        """What ends the attempt before its job starts: revoke, cancel, shutdown."""
+        return self.revoked, self.cancel, self.shutdown
+
+    def interrupted(self) -> bool:
+        return any(flag.is_set() for flag in self.interrupts())
 
 
 class RunningAttempts(dict[str, Running]):
@@ -281,7 +288,7 @@ class WorkerService:
         if self.draining or self.session is None:
             return
         task = asyncio.create_task(self._handle(assignment), name=f"run {rid}")
-        self.running[rid] = Running(assignment, task, assigned_revision=event.kv.mod_revision)
+        self.running[rid] = Running(assignment, task, event.kv.mod_revision)
         if assignment.cancel:
             self.running[rid].cancel.set()
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from etcdsched.codec import encode
@@ -45,7 +45,7 @@ from etcdsched.models import ActivePointer, Claim, RunRecord, hang_budget_ms, st
 from etcdsched.process_group import ExitStatus, Process
 from etcdsched.session import Session
 from etcdsched.statemachine import RunState
-from etcdsched.store import Cmp, Op, Ops, Versioned
+from etcdsched.store import Cmp, Compare, Op, Ops, TxnResult, Versioned
 from etcdsched.worker_report import AttemptEnding
 from etcdsched.worker_start import PRESTART_MS, InstantStart, until
 
@@ -119,22 +119,21 @@ class AttemptRunner(AttemptEnding):
         attempt was interrupted already) or refused; the caller reads and
         decides as before."""
         hint = self.assignment.claim_hint
-        if hint is None or not self.item.assigned_revision or self._interrupted():
+        if hint is None or self.item.interrupted():
             return None
-        self.session.check()
         run_key = self.w.keys.run(self.rid)
-        compares = [Cmp.mod(run_key, self.item.assigned_revision)]
-        ops = self._claim_ops(hint.partition, self.assignment.attempt, hint.hang_budget_ms)
-        try:
-            result = await self.w.store.txn(
-                [*compares, Cmp.absent(self.claim_key)], [*ops, Ops.get(run_key)]
-            )
-        except StoreUnavailable:  # outcome unknown: did our claim land?
+        result = await self._send_claim(
+            Cmp.mod(run_key, self.item.assigned_revision),
+            hint.partition,
+            hint.hang_budget_ms,
+            also=[Ops.get(run_key)],
+        )
+        if result is None:  # outcome unknown: if our claim landed, the run is ours
             return await self._read_run() if await self._claim_landed() else None
-        if not result.succeeded or not result.responses[-1]:
+        if not result.succeeded:
             self.claim_key = ""
             return None
-        held = result.responses[-1][0].decode(RunRecord)
+        held = result.responses[-1][0].decode(RunRecord)  # it exists: its revision matched
         if not self._assigned_to_us(held.value):  # cannot happen, by the compare
             log.error("run %s: claimed unread, but not assigned to us: %s", self.rid, held.value)
             await self._try(
@@ -143,10 +142,6 @@ class AttemptRunner(AttemptEnding):
             self.claim_key = ""
             return None
         return held
-
-    def _interrupted(self) -> bool:
-        item = self.item
-        return item.revoked.is_set() or item.shutdown.is_set() or item.cancel.is_set()
 
     async def _settle(
         self, current: Versioned[RunRecord], claimed: bool
@@ -217,29 +212,31 @@ class AttemptRunner(AttemptEnding):
         unchanged since it was placed on us still has the placement's
         pointer, which already names this worker and attempt (one put and
         one watch event per run fewer)."""
-        self.session.check()
         run = current.value
-        ops = self._claim_ops(run.partition, run.attempt, hang_budget_ms(run.spec))
-        try:
-            result = await self.w.store.txn(
-                [Cmp.mod(current.key, current.mod_revision), Cmp.absent(self.claim_key)],
-                ops,
-                [Ops.get(self.claim_key)],
-            )
-        except StoreUnavailable:  # outcome unknown: did our claim land?
+        result = await self._send_claim(
+            Cmp.mod(current.key, current.mod_revision), run.partition, hang_budget_ms(run.spec)
+        )
+        if result is None:  # outcome unknown: did our claim land?
             return await self._claim_landed()
-        if result.succeeded:
-            return True
-        # An earlier claim of ours whose outcome was unknown may have landed
-        # after we looked: the claim there is ours, and so is the attempt.
-        claim_now = result.responses[0] if result.responses else []
-        return bool(claim_now) and claim_now[0].value == self.claim_bytes
+        # Refused: an earlier claim of ours whose outcome was unknown may have
+        # landed after we looked; the claim there is ours, and so is the attempt.
+        return result.succeeded or self._claim_is_ours(result)
 
-    def _claim_ops(self, partition: int, attempt: int, budget_ms: int | None) -> list[Op]:
-        """Sets ``claim_key`` and ``claim_bytes``; the claim's put under our
-        lease, and the active pointer's with its hang deadline when the run
-        has a timeout (``budget_ms``)."""
-        lease = self.session.lease_id
+    async def _send_claim(
+        self,
+        run_unchanged: Compare,
+        partition: int,
+        budget_ms: int | None,
+        also: Sequence[Op] = (),
+    ) -> TxnResult | None:
+        """The claim transaction. Compares: ``run_unchanged`` and *no claim
+        on the run*. Ops: the claim under our lease, the active pointer with
+        its hang deadline if the run has a timeout (``budget_ms``), then
+        ``also``; refused, it reads the claim key back. Sets ``claim_key``
+        and ``claim_bytes``. ``None``: etcd was unavailable, the outcome is
+        unknown."""
+        self.session.check()
+        lease, attempt = self.session.lease_id, self.assignment.attempt
         claim = Claim(run_id=self.rid, worker=self.w.member_id, attempt=attempt, lease=lease)
         self.claim_key = self.w.keys.claim(partition, self.rid)
         self.claim_bytes = encode(claim)
@@ -253,7 +250,11 @@ class AttemptRunner(AttemptEnding):
                 deadline_ms=begins + budget_ms + HUNG_SLACK_MS,
             )
             ops.append(Ops.put(self.w.keys.active(partition, self.rid), pointer))
-        return ops
+        compares = [run_unchanged, Cmp.absent(self.claim_key)]
+        try:
+            return await self.w.store.txn(compares, [*ops, *also], [Ops.get(self.claim_key)])
+        except StoreUnavailable:
+            return None
 
     async def _claim_landed(self) -> bool:
         kv = await self._while_session_holds(lambda: self.w.store.get(self.claim_key))
@@ -336,8 +337,7 @@ class AttemptRunner(AttemptEnding):
                         current, value=running, mod_revision=result.revision
                     )
                     return True
-                claim_now = result.responses[0] if result.responses else []
-                if not claim_now or claim_now[0].value != self.claim_bytes:
+                if not self._claim_is_ours(result):
                     return False
             await self.w.clock.sleep(0.05 if result is not None else 0.2)
             current = await self._read_run()

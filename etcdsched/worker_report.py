@@ -61,11 +61,16 @@ class AttemptEnding(ABC):
                 continue  # re-read: either it applied (run no longer running) or we retry
             if result.succeeded:
                 return
-            claim_now = result.responses[0] if result.responses else []
-            if not claim_now or claim_now[0].value != self.claim_bytes:
+            if not self._claim_is_ours(result):
                 log.warning("run %s: report refused, the claim is gone", self.rid)
                 return
             conflicts += 1
+
+    def _claim_is_ours(self, refused: TxnResult) -> bool:
+        """From a refused write whose failure branch reads the claim key
+        first: whether our claim is there, byte for byte."""
+        kvs = refused.responses[0] if refused.responses else []
+        return bool(kvs) and kvs[0].value == self.claim_bytes
 
     def _as_started(self, current: Versioned[RunRecord]) -> Versioned[RunRecord]:
         """``current``, made running in memory if its start was never written

@@ -14,7 +14,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from etcdsched.executor import Prepared
-from etcdsched.interrupts import Interrupt, wait_or_interrupt
+from etcdsched.interrupts import wait_or_interrupt
 from etcdsched.logstore import LogWriter
 from etcdsched.models import RunRecord
 from etcdsched.session import Session
@@ -83,7 +83,7 @@ class InstantStart:
         session was lost by the instant. Then the job is aborted at its
         gate without having run."""
         try:
-            if any(event.is_set() for event in self._interrupts()):
+            if self.item.interrupted():
                 return None  # e.g. cancelled while it was being prepared
             return await self._opened(prepared)
         finally:
@@ -93,13 +93,10 @@ class InstantStart:
     async def _opened(self, prepared: Prepared) -> int | None:
         ticket = self.w.starter.schedule(prepared, self.at_ms, self.session.holds)
         try:
-            await wait_or_interrupt(ticket.started, *self._interrupts())
+            await wait_or_interrupt(ticket.started, *self.item.interrupts())
             return None if ticket.withdraw() else await ticket.started
         finally:
             ticket.withdraw()  # cancelled meanwhile: it never opens after this
-
-    def _interrupts(self) -> tuple[Interrupt, ...]:
-        return self.item.revoked, self.item.cancel, self.item.shutdown
 
     def _leave_room(self) -> None:
         if self._early:

@@ -34,20 +34,12 @@ def reads_of(worker: WorkerService) -> list[str]:
     return keys
 
 
-async def assigned_by_hand(
-    services: Services, job_id: str, *, hinted: bool, touched: bool
-) -> RunRecord:
-    """A manual run of ``job_id`` assigned to ``w1`` as placement writes it,
-    without its claim hint unless ``hinted``, and written once more after
-    the assignment if ``touched`` (its mod revision is then past it)."""
-    run = await services.jobs.trigger(job_id)
-    return await assign_by_hand(services, run, hinted=hinted, touched=touched)
-
-
 async def assign_by_hand(
-    services: Services, run: RunRecord, *, hinted: bool, touched: bool
+    services: Services, run: RunRecord, *, hinted: bool = True, touched: bool = False
 ) -> RunRecord:
-    """``run`` assigned to ``w1``; see :func:`assigned_by_hand`."""
+    """``run`` assigned to ``w1`` as placement writes it, without its claim
+    hint unless ``hinted``, and written once more after the assignment if
+    ``touched`` (its mod revision is then past the assignment's)."""
     current = await services.jobs.runs.load(services.store, run.id)
     assigned, ops = assignment_ops(services.keys, current.value, "w1", now_ms())
     if not hinted:
@@ -81,8 +73,8 @@ async def test_a_run_is_read_first_when_its_assignment_has_no_hint_or_it_changed
     """No scheduler: the runs are assigned by hand before the worker starts,
     which then finds them in its first listing of its assignments."""
     await services.jobs.create(spec(NEW_YEAR, ["true"]), "by-hand")
-    old = await assigned_by_hand(services, "by-hand", hinted=False, touched=False)
-    changed = await assigned_by_hand(services, "by-hand", hinted=True, touched=True)
+    old = await assign_by_hand(services, await services.jobs.trigger("by-hand"), hinted=False)
+    changed = await assign_by_hand(services, await services.jobs.trigger("by-hand"), touched=True)
     reads = reads_of(services.start_worker("w1", NoopExecutor()))
     for run in (old, changed):
         done = await wait_state(services, run.id, RunState.SUCCEEDED)
@@ -107,7 +99,7 @@ async def test_a_claim_of_ours_that_landed_late_is_taken_as_ours(
     landed = Claim(run_id=run.id, worker="w1", attempt=1, lease=lease)
     claim_key = services.keys.claim(run.partition, run.id)
     await services.store.txn([], [Ops.put(claim_key, landed, lease=lease)])
-    await assign_by_hand(services, run, hinted=hinted, touched=False)
+    await assign_by_hand(services, run, hinted=hinted)
     done = await wait_state(services, run.id, RunState.SUCCEEDED)
     assert [a.state for a in done.attempts] == [RunState.SUCCEEDED]
     assert await services.store.get(claim_key) is None

@@ -69,7 +69,7 @@ def _worker(slots: int, cpu: float = 0.0) -> WorkerService:
 
 def _hold(worker: WorkerService, run_id: str, need: Resources) -> None:
     assignment = Assignment(run_id=run_id, attempt=1, not_before_ms=0, resources=need)
-    worker.running[run_id] = Running(assignment, cast(asyncio.Task[None], None))
+    worker.running[run_id] = Running(assignment, cast(asyncio.Task[None], None), 1)
 
 
 def test_a_report_waits_only_while_the_worker_has_room_for_another_run_like_it() -> None:
