@@ -161,32 +161,6 @@ class DirLogWriter:
                 self._done.touch()
 
 
-async def open_writer_off_loop(logs: LogStore, run_id: str, attempt: int) -> LogWriter:
-    """:meth:`LogStore.open_writer` on a thread. Making a run's directory and
-    creating its file is disk metadata work: on a slow or shared volume it
-    took a fifth of a busy worker's event loop, which every other run on the
-    worker waits behind. A caller cancelled while the thread works does not
-    leak the file: the writer is closed when it arrives."""
-    opening = asyncio.get_running_loop().run_in_executor(None, logs.open_writer, run_id, attempt)
-    try:
-        return await asyncio.shield(opening)
-    except asyncio.CancelledError:
-        opening.add_done_callback(_close_unclaimed)
-        raise
-
-
-def _close_unclaimed(opening: asyncio.Future[LogWriter]) -> None:
-    if not opening.cancelled() and opening.exception() is None:
-        opening.result().close()
-
-
-async def close_off_loop(writer: LogWriter) -> None:
-    """:meth:`LogWriter.close` on a thread (it creates the ``.done`` marker,
-    a file, for the reason given at :func:`open_writer_off_loop`). The close
-    completes even if the caller is cancelled while waiting for it."""
-    await asyncio.to_thread(writer.close)
-
-
 class DirLogStore:
     """A :class:`LogStore` in a local (or shared) directory; layout in the module doc."""
 

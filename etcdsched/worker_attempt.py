@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, TypeVar
 from etcdsched.codec import encode
 from etcdsched.errors import StoreUnavailable
 from etcdsched.interrupts import wait_or_interrupt
-from etcdsched.logstore import LogWriter, close_off_loop, open_writer_off_loop
+from etcdsched.logstore import LogWriter
 from etcdsched.models import ActivePointer, Claim, RunRecord, hang_budget_ms, start_attempt
 from etcdsched.process_group import ExitStatus, Process
 from etcdsched.session import Session
@@ -82,7 +82,8 @@ class AttemptRunner(AttemptEnding):
             return
         # opened now, not at the instant: a burst's instant costs a start each
         try:
-            writer = await self._open_log()
+            lazy = not self.w.executor.holds_processes  # a no-op writes nothing
+            writer = self.w.logs.open_writer(self.rid, self.assignment.attempt, lazy)
         except OSError as exc:  # e.g. the log disk is full: the attempt fails, says why
             log.exception("run %s: cannot open its log", self.rid)
             if await self._mark_running(held, self.w.clock.now_ms(), None):
@@ -96,24 +97,10 @@ class AttemptRunner(AttemptEnding):
                 return
             outcome, exit_code, reason = await self._run_attempt(held, writer)
         finally:
-            await self._close_log(writer)
+            writer.close()
         if outcome is None or self.session.lost:
             return  # revoked or fenced: someone else decides this attempt
         await self._report(outcome, exit_code, reason)
-
-    async def _open_log(self) -> LogWriter:
-        """The attempt's log: for a process, created on a thread (disk work
-        off the event loop); for an executor that starts none, a lazy writer
-        that touches nothing unless written to."""
-        if not self.w.executor.holds_processes:
-            return self.w.logs.open_writer(self.rid, self.assignment.attempt, lazy=True)
-        return await open_writer_off_loop(self.w.logs, self.rid, self.assignment.attempt)
-
-    async def _close_log(self, writer: LogWriter) -> None:
-        if self.w.executor.holds_processes:
-            await close_off_loop(writer)
-        else:
-            writer.close()  # lazy: touches the disk only if it was written to
 
     async def _claim_read(self) -> Versioned[RunRecord] | None:
         """Read the run, then claim it (or end it unstarted): the path of an

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 from collections.abc import Callable
@@ -11,15 +10,7 @@ from pathlib import Path
 import pytest
 
 from etcdsched.errors import InvalidInput, NotFound
-from etcdsched.logstore import (
-    READ_LIMIT,
-    DirLogStore,
-    DirLogWriter,
-    Poll,
-    close_off_loop,
-    open_writer_off_loop,
-)
-from tests.support.eventually import assert_eventually
+from etcdsched.logstore import READ_LIMIT, DirLogStore, Poll
 
 RUN = "job-1@01767225600000"
 
@@ -216,43 +207,3 @@ async def test_a_lazy_writer_touches_nothing_until_it_writes(
     assert (chunk.data, chunk.complete) == (b"hello\n", False)
     chatty.close()
     assert (await store.read(RUN, 2)).complete
-
-
-class GatedStore(DirLogStore):
-    """A DirLogStore whose ``open_writer`` waits for a gate and records the
-    thread it ran on, so a test can see it off the loop and cancel mid-open."""
-
-    def __init__(self, root: Path) -> None:
-        super().__init__(root)
-        self.gate = threading.Event()
-        self.entered = threading.Event()
-        self.threads: list[int] = []
-
-    def open_writer(self, run_id: str, attempt: int, lazy: bool = False) -> DirLogWriter:
-        self.threads.append(threading.get_ident())
-        self.entered.set()
-        assert self.gate.wait(10)
-        return super().open_writer(run_id, attempt, lazy)
-
-
-async def test_opening_and_closing_off_the_loop(tmp_path: Path) -> None:
-    store = GatedStore(tmp_path / "logs")
-    store.gate.set()
-    writer = await open_writer_off_loop(store, RUN, 1)
-    writer.write(b"x\n")
-    await close_off_loop(writer)
-    assert store.threads != [threading.get_ident()]
-    chunk = await store.read(RUN, 1)
-    assert (chunk.data, chunk.complete) == (b"x\n", True)
-
-
-async def test_a_caller_cancelled_mid_open_leaves_the_log_closed(tmp_path: Path) -> None:
-    store = GatedStore(tmp_path / "logs")
-    opening = asyncio.create_task(open_writer_off_loop(store, RUN, 1))
-    await assert_eventually(store.entered.is_set)
-    opening.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await opening
-    store.gate.set()
-    done = tmp_path / "logs" / "job-1" / "01767225600000" / "attempt-1.done"
-    await assert_eventually(done.exists)
