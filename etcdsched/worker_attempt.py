@@ -82,8 +82,8 @@ class AttemptRunner(AttemptEnding):
             return
         # opened now, not at the instant: a burst's instant costs a start each
         try:
-            lazy = not self.w.executor.holds_processes  # a no-op writes nothing
-            writer = self.w.logs.open_writer(self.rid, self.assignment.attempt, lazy)
+            # lazy: made at the job's first output, so a silent job costs no file
+            writer = self.w.logs.open_writer(self.rid, self.assignment.attempt, lazy=True)
         except OSError as exc:  # e.g. the log disk is full: the attempt fails, says why
             log.exception("run %s: cannot open its log", self.rid)
             if await self._mark_running(held, self.w.clock.now_ms(), None):

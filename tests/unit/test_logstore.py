@@ -1,8 +1,10 @@
-"""DirLogStore: one file per attempt, a done marker, follow with an injected poll."""
+"""DirLogStore: one file per attempt, read-only once complete, follow with an injected poll."""
 
 from __future__ import annotations
 
 import json
+import os
+import stat
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -31,17 +33,51 @@ def scripted_poll(steps: list[Callable[[], None]]) -> tuple[list[float], Poll]:
     return waits, poll
 
 
-async def test_layout_is_one_file_per_attempt_with_a_done_marker(
+def owner_may_write(path: Path) -> bool:
+    return bool(path.stat().st_mode & stat.S_IWUSR)
+
+
+async def test_layout_is_one_file_per_attempt_made_read_only_when_complete(
     store: DirLogStore, tmp_path: Path
 ) -> None:
     writer = store.open_writer(RUN, 2)
     writer.write(b"hello\n")
     run_dir = tmp_path / "logs" / "job-1" / "01767225600000"
-    assert (run_dir / "attempt-2.log").read_bytes() == b"hello\n"
-    assert not (run_dir / "attempt-2.done").exists()
+    log = run_dir / "attempt-2.log"
+    assert log.read_bytes() == b"hello\n"
+    assert owner_may_write(log)
     writer.close()
     writer.close()  # idempotent
-    assert (run_dir / "attempt-2.done").exists()
+    assert not owner_may_write(log)
+    assert sorted(path.name for path in run_dir.iterdir()) == ["attempt-2.log"]
+
+
+async def test_a_log_is_live_whatever_the_umask(store: DirLogStore) -> None:
+    previous = os.umask(0o277)
+    try:
+        writer = store.open_writer(RUN, 1)
+        writer.write(b"x\n")
+    finally:
+        os.umask(previous)
+    assert not (await store.read(RUN, 1)).complete
+    writer.close()
+    assert (await store.read(RUN, 1)).complete
+
+
+async def test_an_earlier_builds_done_marker_still_completes_a_log(
+    store: DirLogStore, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "logs" / "job-1" / "01767225600000"
+    run_dir.mkdir(parents=True)
+    (run_dir / "attempt-1.log").write_bytes(b"old\n")  # writable: as an old writer left it
+    assert not (await store.read(RUN, 1)).complete
+    (run_dir / "attempt-1.done").touch()
+    chunk = await store.read(RUN, 1)
+    assert (chunk.data, chunk.complete) == (b"old\n", True)
+    reopened = store.open_writer(RUN, 1)  # a new writer: the old marker goes
+    reopened.write(b"new\n")
+    assert not (run_dir / "attempt-1.done").exists()
+    assert not (await store.read(RUN, 1)).complete
 
 
 async def test_read_while_writing_then_after_close(store: DirLogStore) -> None:
@@ -121,8 +157,30 @@ async def test_reopened_writer_appends_and_is_live_again(store: DirLogStore) -> 
     chunk = await store.read(RUN, 1)
     assert (chunk.data, chunk.complete) == (b"before\nafter\n", False)
     second.close()
+    assert (await store.read(RUN, 1)).complete
     with pytest.raises(ValueError):
         second.write(b"late\n")
+
+
+async def test_reopening_a_complete_log_without_root_makes_it_writable(
+    store: DirLogStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As any user but root, a read-only file cannot be opened for writing."""
+    first = store.open_writer(RUN, 1)
+    first.write(b"before\n")
+    first.close()
+    real_open = os.open
+
+    def open_as_a_user(path: Path, flags: int, mode: int = 0o777) -> int:
+        if flags & os.O_WRONLY and not os.stat(path).st_mode & stat.S_IWUSR:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, flags, mode)
+
+    monkeypatch.setattr(os, "open", open_as_a_user)
+    second = store.open_writer(RUN, 1)
+    second.write(b"after\n")
+    chunk = await store.read(RUN, 1)
+    assert (chunk.data, chunk.complete) == (b"before\nafter\n", False)
 
 
 def test_two_threads_write_whole_lines(store: DirLogStore, tmp_path: Path) -> None:
