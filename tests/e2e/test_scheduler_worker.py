@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from etcdsched.logstore import DirLogWriter
 from etcdsched.runs import cancel_run
 from etcdsched.spec import JobSpec
 from etcdsched.statemachine import RunState
@@ -195,3 +196,47 @@ async def test_an_attempt_whose_log_cannot_be_opened_fails_and_says_why(
     await assert_eventually(failed, timeout=15)
     run = (await services.runs_of(job.id))[0]
     assert run.attempts[0].reason.startswith("could not open its log")
+
+
+async def test_a_silent_job_leaves_no_log_file_and_reads_as_an_empty_complete_log(
+    services: Services,
+) -> None:
+    """ADR 0019: a log is made at the job's first output."""
+    services.start_scheduler("s1")
+    services.start_worker("w1")
+    job = await services.jobs.create(spec({"kind": "now"}, ["true"]), "silent")
+
+    async def succeeded() -> None:
+        runs = await services.runs_of(job.id)
+        assert runs and runs[0].state is RunState.SUCCEEDED, runs
+
+    await assert_eventually(succeeded, timeout=15)
+    run = (await services.runs_of(job.id))[0]
+    assert await services.logs.attempts(run.id) == []
+    assert not list(services.logs.root.rglob("*")), "no directory, no file"
+
+
+async def test_a_job_whose_log_cannot_be_written_still_runs_to_its_end(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The log is made at the first output; a disk that is full then costs
+    the job its output (discarded, with a warning), not its run."""
+
+    def disk_full(self: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(DirLogWriter, "_open", disk_full)
+    services.start_scheduler("s1")
+    services.start_worker("w1")
+    job = await services.jobs.create(
+        spec({"kind": "now"}, ["sh", "-c", "echo one; echo two >&2; exit 3"]), "chatty"
+    )
+
+    async def failed() -> None:
+        runs = await services.runs_of(job.id)
+        assert runs and runs[0].state is RunState.FAILED, runs
+
+    await assert_eventually(failed, timeout=15)
+    run = (await services.runs_of(job.id))[0]
+    assert run.attempts[0].exit_code == 3
+    assert await services.logs.attempts(run.id) == []
