@@ -292,14 +292,14 @@ class DirLogStore:
         return path
 
 
-def _read_chunk(log: Path, done: Path, attempt: int, offset: int, limit: int) -> LogChunk:
+def _read_chunk(path: Path, done: Path, attempt: int, offset: int, limit: int) -> LogChunk:
     """Learn whether the log is complete *before* reading: if it was, the
     file had stopped growing, so reaching its end means the log is complete.
     The mode and the size come from one ``fstat``; an old writer's marker is
     looked for before it."""
     old_marker = done.exists()
     try:
-        with open(log, "rb") as file:
+        with open(path, "rb") as file:
             status = os.fstat(file.fileno())
             closed = old_marker or not status.st_mode & stat.S_IWUSR
             size = status.st_size

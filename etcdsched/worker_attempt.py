@@ -80,11 +80,11 @@ class AttemptRunner(AttemptEnding):
         held = await self._claim_unread() or await self._claim_read()
         if held is None:
             return
-        # opened now, not at the instant: a burst's instant costs a start each
+        # lazy (ADR 0019): the file is made at the job's first output, so a
+        # silent job costs no disk work, and none is done at the instant
         try:
-            # lazy: made at the job's first output, so a silent job costs no file
             writer = self.w.logs.open_writer(self.rid, self.assignment.attempt, lazy=True)
-        except OSError as exc:  # e.g. the log disk is full: the attempt fails, says why
+        except OSError as exc:  # a store that cannot even begin a log: the attempt fails, says why
             log.exception("run %s: cannot open its log", self.rid)
             if await self._mark_running(held, self.w.clock.now_ms(), None):
                 await self._report("failed", None, f"could not open its log: {exc}")
