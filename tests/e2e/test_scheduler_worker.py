@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from etcdsched.logstore import DirLogWriter
+from etcdsched.models import RunRecord
 from etcdsched.runs import cancel_run
 from etcdsched.spec import JobSpec
 from etcdsched.statemachine import RunState
@@ -24,17 +25,25 @@ def spec(trigger: dict[str, object], argv: list[str], **extra: object) -> JobSpe
     return JobSpec.model_validate({"trigger": trigger, "execution": {"argv": argv}, **extra})
 
 
-async def test_a_now_job_runs_once_and_succeeds(services: Services) -> None:
+async def run_once(services: Services, job_spec: JobSpec, name: str, ends: RunState) -> RunRecord:
+    """Start a scheduler and a worker, submit ``job_spec`` as ``name``, and
+    return its first run once that is in state ``ends``."""
     services.start_scheduler("s1")
     services.start_worker("w1")
-    job = await services.jobs.create(spec({"kind": "now"}, ["sh", "-c", "echo hello"]), "hello")
+    job = await services.jobs.create(job_spec, name)
 
-    async def succeeded() -> None:
+    async def ended() -> RunRecord:
         runs = await services.runs_of(job.id)
-        assert len(runs) == 1 and runs[0].state is RunState.SUCCEEDED, runs
+        assert runs and runs[0].state is ends, runs
+        return runs[0]
 
-    await assert_eventually(succeeded, timeout=15)
-    run = (await services.runs_of(job.id))[0]
+    return await assert_eventually(ended, timeout=15)
+
+
+async def test_a_now_job_runs_once_and_succeeds(services: Services) -> None:
+    hello = spec({"kind": "now"}, ["sh", "-c", "echo hello"])
+    run = await run_once(services, hello, "hello", RunState.SUCCEEDED)
+    assert len(await services.runs_of(run.job_id)) == 1
     chunk = await services.logs.read(run.id)
     assert chunk.data == b"hello\n"
     assert run.attempts[0].worker == "w1" and run.attempts[0].exit_code == 0
@@ -185,16 +194,7 @@ async def test_an_attempt_whose_log_cannot_be_opened_fails_and_says_why(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(services.logs, "open_writer", disk_full)
-    services.start_scheduler("s1")
-    services.start_worker("w1")
-    job = await services.jobs.create(spec({"kind": "now"}, ["true"]), "nolog")
-
-    async def failed() -> None:
-        runs = await services.runs_of(job.id)
-        assert runs and runs[0].state is RunState.FAILED, runs
-
-    await assert_eventually(failed, timeout=15)
-    run = (await services.runs_of(job.id))[0]
+    run = await run_once(services, spec({"kind": "now"}, ["true"]), "nolog", RunState.FAILED)
     assert run.attempts[0].reason.startswith("could not open its log")
 
 
@@ -202,16 +202,7 @@ async def test_a_silent_job_leaves_no_log_file_and_reads_as_an_empty_complete_lo
     services: Services,
 ) -> None:
     """ADR 0019: a log is made at the job's first output."""
-    services.start_scheduler("s1")
-    services.start_worker("w1")
-    job = await services.jobs.create(spec({"kind": "now"}, ["true"]), "silent")
-
-    async def succeeded() -> None:
-        runs = await services.runs_of(job.id)
-        assert runs and runs[0].state is RunState.SUCCEEDED, runs
-
-    await assert_eventually(succeeded, timeout=15)
-    run = (await services.runs_of(job.id))[0]
+    run = await run_once(services, spec({"kind": "now"}, ["true"]), "silent", RunState.SUCCEEDED)
     assert await services.logs.attempts(run.id) == []
     assert not list(services.logs.root.rglob("*")), "no directory, no file"
 
@@ -226,17 +217,7 @@ async def test_a_job_whose_log_cannot_be_written_still_runs_to_its_end(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(DirLogWriter, "_open", disk_full)
-    services.start_scheduler("s1")
-    services.start_worker("w1")
-    job = await services.jobs.create(
-        spec({"kind": "now"}, ["sh", "-c", "echo one; echo two >&2; exit 3"]), "chatty"
-    )
-
-    async def failed() -> None:
-        runs = await services.runs_of(job.id)
-        assert runs and runs[0].state is RunState.FAILED, runs
-
-    await assert_eventually(failed, timeout=15)
-    run = (await services.runs_of(job.id))[0]
+    chatty = spec({"kind": "now"}, ["sh", "-c", "echo one; echo two >&2; exit 3"])
+    run = await run_once(services, chatty, "chatty", RunState.FAILED)
     assert run.attempts[0].exit_code == 3
     assert await services.logs.attempts(run.id) == []
