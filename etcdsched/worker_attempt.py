@@ -136,9 +136,7 @@ class AttemptRunner(AttemptEnding):
         held = result.responses[-1][0].decode(RunRecord)  # it exists: its revision matched
         if not self._assigned_to_us(held.value):  # cannot happen, by the compare
             log.error("run %s: claimed unread, but not assigned to us: %s", self.rid, held.value)
-            await self._try(
-                [Cmp.value(self.claim_key, self.claim_bytes)], [Ops.delete(self.claim_key)]
-            )
+            await self._try([self._our_claim_stands()], [Ops.delete(self.claim_key)])
             self.claim_key = ""
             return None
         return held
@@ -257,8 +255,9 @@ class AttemptRunner(AttemptEnding):
             return None
 
     async def _claim_landed(self) -> bool:
-        kv = await self._while_session_holds(lambda: self.w.store.get(self.claim_key))
-        return kv is not None and kv.value == self.claim_bytes
+        return self._is_our_claim(
+            await self._while_session_holds(lambda: self.w.store.get(self.claim_key))
+        )
 
     async def _run_attempt(self, held: Versioned[RunRecord], writer: LogWriter) -> Outcome:
         """Prepare the process, have it started at the instant, say so, and
@@ -322,10 +321,7 @@ class AttemptRunner(AttemptEnding):
             running = start_attempt(current.value, started_ms, pid=pid)
             try:
                 result = await self.w.store.txn(
-                    [
-                        Cmp.value(self.claim_key, self.claim_bytes),
-                        Cmp.mod(current.key, current.mod_revision),
-                    ],
+                    [self._our_claim_stands(), Cmp.mod(current.key, current.mod_revision)],
                     [Ops.put(current.key, running)],
                     [Ops.get(self.claim_key)],
                 )

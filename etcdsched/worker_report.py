@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from etcdsched.errors import EtcdschedError, StoreUnavailable
 from etcdsched.models import RunRecord, finish_attempt, start_attempt
 from etcdsched.statemachine import RunState, transition
-from etcdsched.store import Cmp, Compare, Op, Ops, TxnResult, Versioned
+from etcdsched.store import KV, Cmp, Compare, Op, Ops, TxnResult, Versioned
 
 if TYPE_CHECKING:
     from etcdsched.models import Assignment
@@ -66,11 +66,21 @@ class AttemptEnding(ABC):
                 return
             conflicts += 1
 
+    def _our_claim_stands(self) -> Compare:
+        """The compare of every write of an attempt after its claim: our
+        claim is still there, byte for byte (same run, worker, attempt and
+        lease)."""
+        return Cmp.value(self.claim_key, self.claim_bytes)
+
+    def _is_our_claim(self, kv: KV | None) -> bool:
+        """The claim key, as read: ours, byte for byte."""
+        return kv is not None and kv.value == self.claim_bytes
+
     def _claim_is_ours(self, refused: TxnResult) -> bool:
         """From a refused write whose failure branch reads the claim key
-        first: whether our claim is there, byte for byte."""
+        first: whether our claim is there."""
         kvs = refused.responses[0] if refused.responses else []
-        return bool(kvs) and kvs[0].value == self.claim_bytes
+        return self._is_our_claim(kvs[0] if kvs else None)
 
     def _as_started(self, current: Versioned[RunRecord]) -> Versioned[RunRecord]:
         """``current``, made running in memory if its start was never written
@@ -102,10 +112,7 @@ class AttemptEnding(ABC):
             Ops.delete(self.claim_key),
             *self.w.runs.finish_ops(ended, self.w.member_id, run.partition),
         ]
-        compares = [
-            Cmp.value(self.claim_key, self.claim_bytes),
-            Cmp.mod(current.key, current.mod_revision),
-        ]
+        compares = [self._our_claim_stands(), Cmp.mod(current.key, current.mod_revision)]
         return await self.w.store.txn(compares, ops, [Ops.get(self.claim_key)])
 
     async def _report_unstarted(self, current: Versioned[RunRecord]) -> bool:
