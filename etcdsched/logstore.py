@@ -45,7 +45,7 @@ _ATTEMPT_LOG = re.compile(r"^attempt-([1-9][0-9]{0,8})\.log$")
 LIVE_MODE = 0o644
 """A log its writer may still append to."""
 COMPLETE_MODE = 0o444
-"""A complete log: no write bit for the owner."""
+"""A complete log: no write bit for the owner (see :func:`_is_complete`)."""
 
 Poll = Callable[[float], Awaitable[None]]
 
@@ -193,8 +193,8 @@ class DirLogStore:
         self._archive_lock = threading.Lock()
 
     def open_writer(self, run_id: str, attempt: int, lazy: bool = False) -> DirLogWriter:
-        log, done = self._attempt_paths(run_id, attempt)
-        return DirLogWriter(log, done, lazy)
+        log, old_marker = self._attempt_paths(run_id, attempt)
+        return DirLogWriter(log, old_marker, lazy)
 
     async def read(
         self, run_id: str, attempt: int | None = None, offset: int = 0, limit: int = READ_LIMIT
@@ -205,8 +205,8 @@ class DirLogStore:
             raise InvalidInput("limit must be positive", field="limit")
         if attempt is None:
             attempt = await self._latest_attempt(run_id)
-        log, done = self._attempt_paths(run_id, attempt)
-        return _read_chunk(log, done, attempt, offset, min(limit, READ_LIMIT))
+        log, old_marker = self._attempt_paths(run_id, attempt)
+        return _read_chunk(log, old_marker, attempt, offset, min(limit, READ_LIMIT))
 
     async def follow(
         self,
@@ -256,6 +256,7 @@ class DirLogStore:
         return numbers[-1]
 
     def _attempt_paths(self, run_id: str, attempt: int) -> tuple[Path, Path]:
+        """The attempt's log, and where an earlier build marked it complete."""
         if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
             raise InvalidInput("attempt must be a positive integer", field="attempt")
         run_dir = self._run_dir(run_id)
@@ -292,16 +293,20 @@ class DirLogStore:
         return path
 
 
-def _read_chunk(path: Path, done: Path, attempt: int, offset: int, limit: int) -> LogChunk:
+def _is_complete(mode: int) -> bool:
+    return not mode & stat.S_IWUSR
+
+
+def _read_chunk(path: Path, old_marker: Path, attempt: int, offset: int, limit: int) -> LogChunk:
     """Learn whether the log is complete *before* reading: if it was, the
     file had stopped growing, so reaching its end means the log is complete.
     The mode and the size come from one ``fstat``; an old writer's marker is
     looked for before it."""
-    old_marker = done.exists()
+    marked = old_marker.exists()
     try:
         with open(path, "rb") as file:
             status = os.fstat(file.fileno())
-            closed = old_marker or not status.st_mode & stat.S_IWUSR
+            closed = marked or _is_complete(status.st_mode)
             size = status.st_size
             file.seek(offset)
             data = file.read(limit) if offset < size else b""
