@@ -14,6 +14,7 @@ up: install
 lint: install
 	.venv/bin/ruff check etcdsched tests
 	.venv/bin/mypy --strict etcdsched
+	.venv/bin/lint-imports
 
 DURATION ?= 30m
 SEED ?= 0

@@ -1,5 +1,5 @@
 """``python -m etcdsched`` is the ``etcdsched`` command."""
 
-from etcdsched.cli import main
+from etcdsched.cli.main import main
 
 main()

@@ -20,18 +20,18 @@ import sys
 import threading
 from pathlib import Path
 
-from etcdsched.clock import SystemClock
 from etcdsched.config import Config
-from etcdsched.embedded import COMPACT_EVERY, EtcdMember, EtcdTuning
-from etcdsched.etcd_store import EtcdStore
-from etcdsched.executor import Executor, NoopExecutor, ProcessExecutor
-from etcdsched.keys import Keys
-from etcdsched.lease_renewer import BlockingRenewer
-from etcdsched.logstore import DirLogStore
-from etcdsched.scheduler import SchedulerService, ensure_cluster
-from etcdsched.session import Renewer, RenewerFactory
-from etcdsched.starter import ThreadStarter
-from etcdsched.worker import WorkerService
+from etcdsched.logs.store import DirLogStore
+from etcdsched.runtime.clock import SystemClock
+from etcdsched.scheduler.service import SchedulerService, ensure_cluster
+from etcdsched.store.embedded import COMPACT_EVERY, EtcdMember, EtcdTuning
+from etcdsched.store.etcd import EtcdStore
+from etcdsched.store.keys import Keys
+from etcdsched.store.lease_renewer import BlockingRenewer
+from etcdsched.store.session import Renewer, RenewerFactory
+from etcdsched.worker.executor import Executor, NoopExecutor, ProcessExecutor
+from etcdsched.worker.service import WorkerService
+from etcdsched.worker.starter import ThreadStarter
 
 log = logging.getLogger(__name__)
 ROLES = frozenset({"scheduler", "worker", "api"})

@@ -2,7 +2,7 @@
 
 :class:`Client` is async (one aiohttp session; use it as ``async with``);
 every method mirrors one route and returns the API's pydantic models. Error
-bodies become the matching :mod:`etcdsched.errors` class (by ``code``), so
+bodies become the matching :mod:`etcdsched.model.errors` class (by ``code``), so
 ``except NotFound`` works the same over HTTP as in-process.
 :class:`SyncClient` runs one call at a time on a private event loop, for
 the CLI.
@@ -37,9 +37,9 @@ from etcdsched.api.schemas import (
     TenantView,
     TokenCreated,
 )
-from etcdsched.errors import EtcdschedError, QuotaExceeded
-from etcdsched.models import JobRecord, RunRecord
-from etcdsched.spec import JobSpec
+from etcdsched.model.errors import EtcdschedError, QuotaExceeded
+from etcdsched.model.records import JobRecord, RunRecord
+from etcdsched.model.spec import JobSpec
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")

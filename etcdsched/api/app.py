@@ -11,7 +11,6 @@ import time
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from etcdsched import metrics
 from etcdsched.api import routes_cluster, routes_jobs, routes_runs
 from etcdsched.api.auth import Authenticator, RateLimiter
 from etcdsched.api.errors import error_middleware
@@ -19,11 +18,12 @@ from etcdsched.api.openapi import build_document
 from etcdsched.api.quotas import Quotas
 from etcdsched.api.routing import CONTEXT, ApiContext, Route, bind
 from etcdsched.api.services import ApiServices, LogChunkLike, LogReader
-from etcdsched.clock import Clock
 from etcdsched.config import Config
-from etcdsched.jobs import JobService
-from etcdsched.keys import Keys
-from etcdsched.store import Store
+from etcdsched.runtime import metrics
+from etcdsched.runtime.clock import Clock
+from etcdsched.store.jobs import JobService
+from etcdsched.store.keys import Keys
+from etcdsched.store.kv import Store
 
 __all__ = [
     "ROUTES",

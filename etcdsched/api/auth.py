@@ -22,12 +22,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from etcdsched.clock import Clock, SystemClock
-from etcdsched.errors import Conflict, QuotaExceeded, Unauthorized
-from etcdsched.keys import Keys
-from etcdsched.models import Record
-from etcdsched.spec import TENANT_PATTERN
-from etcdsched.store import Cmp, Ops, Store
+from etcdsched.model.errors import Conflict, QuotaExceeded, Unauthorized
+from etcdsched.model.records import Record
+from etcdsched.model.spec import TENANT_PATTERN
+from etcdsched.runtime.clock import Clock, SystemClock
+from etcdsched.store.keys import Keys
+from etcdsched.store.kv import Cmp, Ops, Store
 
 Role = Literal["admin", "tenant"]
 CACHE_SECONDS = 2.0

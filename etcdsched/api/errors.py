@@ -15,7 +15,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from pydantic import ValidationError
 
-from etcdsched.errors import EtcdschedError, InvalidInput, QuotaExceeded
+from etcdsched.model.errors import EtcdschedError, InvalidInput, QuotaExceeded
 
 log = logging.getLogger(__name__)
 MAX_LISTED_ERRORS = 5

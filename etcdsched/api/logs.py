@@ -16,9 +16,9 @@ from aiohttp import web
 from etcdsched.api.routing import Call
 from etcdsched.api.schemas import LogQuery
 from etcdsched.api.services import ApiServices
-from etcdsched.errors import EtcdschedError, NotFound
-from etcdsched.models import RunRecord
-from etcdsched.statemachine import EXECUTING
+from etcdsched.model.errors import EtcdschedError, NotFound
+from etcdsched.model.records import RunRecord
+from etcdsched.model.states import EXECUTING
 
 log = logging.getLogger(__name__)
 FOLLOW_POLL = 0.2

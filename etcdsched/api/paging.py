@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-from etcdsched.store import KV, Store
+from etcdsched.store.kv import KV, Store
 
 T = TypeVar("T")
 SCAN_FACTOR = 10

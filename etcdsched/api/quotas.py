@@ -20,10 +20,10 @@ import asyncio
 
 from etcdsched.api.auth import Authenticator, RateLimiter, TenantLimits
 from etcdsched.api.services import ApiServices
-from etcdsched.cache import list_all
-from etcdsched.errors import QuotaExceeded
-from etcdsched.models import JobRecord
-from etcdsched.store import prefix_end
+from etcdsched.model.errors import QuotaExceeded
+from etcdsched.model.records import JobRecord
+from etcdsched.store.cache import list_all
+from etcdsched.store.kv import prefix_end
 
 # A full tenant frees capacity only when something finishes or is deleted;
 # tell clients to come back after this many seconds.

@@ -19,11 +19,11 @@ from etcdsched.api.schemas import (
     TokenBody,
     TokenCreated,
 )
-from etcdsched.cache import list_all
-from etcdsched.errors import EtcdschedError, InvalidInput, NotFound
-from etcdsched.models import OwnerRecord, SchedulerMember, WorkerMember
-from etcdsched.spec import TENANT_PATTERN
-from etcdsched.store import prefix_end
+from etcdsched.model.errors import EtcdschedError, InvalidInput, NotFound
+from etcdsched.model.records import OwnerRecord, SchedulerMember, WorkerMember
+from etcdsched.model.spec import TENANT_PATTERN
+from etcdsched.store.cache import list_all
+from etcdsched.store.kv import prefix_end
 
 READY_TIMEOUT = 2.0
 

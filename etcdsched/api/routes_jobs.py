@@ -29,13 +29,13 @@ from etcdsched.api.schemas import (
     VersionQuery,
     to_ms,
 )
-from etcdsched.errors import Conflict, EtcdschedError, Forbidden, InvalidInput, NotFound
-from etcdsched.jobs import JobState
-from etcdsched.keys import JOB_ID_PATTERN
-from etcdsched.models import JobRecord, RunRecord
-from etcdsched.spec import JobSpec
-from etcdsched.store import KV, prefix_end
-from etcdsched.triggers import count_slots_between
+from etcdsched.model.errors import Conflict, EtcdschedError, Forbidden, InvalidInput, NotFound
+from etcdsched.model.records import JobRecord, RunRecord
+from etcdsched.model.spec import JobSpec
+from etcdsched.model.triggers import count_slots_between
+from etcdsched.store.jobs import JobState
+from etcdsched.store.keys import JOB_ID_PATTERN
+from etcdsched.store.kv import KV, prefix_end
 
 IDEMPOTENCY = Header("Idempotency-Key", "Repeat a create safely: same key, same job.")
 IF_MATCH = Header("If-Match", "Job version (its ETag) the change is based on.")

@@ -22,12 +22,18 @@ from etcdsched.api.schemas import (
     to_ms,
 )
 from etcdsched.api.services import ApiServices
-from etcdsched.cronwall import ms_to_utc
-from etcdsched.errors import Conflict, InvalidInput, InvalidTransition, NotFound, OutcomeUnknown
-from etcdsched.keys import JOB_ID_PATTERN, KeyError_, run_id
-from etcdsched.models import RunRecord, SkipRecord
-from etcdsched.statemachine import EXECUTING, RunState
-from etcdsched.store import KV, Cmp, Op, Ops, Versioned, prefix_end
+from etcdsched.model.cronwall import ms_to_utc
+from etcdsched.model.errors import (
+    Conflict,
+    InvalidInput,
+    InvalidTransition,
+    NotFound,
+    OutcomeUnknown,
+)
+from etcdsched.model.records import RunRecord, SkipRecord
+from etcdsched.model.states import EXECUTING, RunState
+from etcdsched.store.keys import JOB_ID_PATTERN, KeyError_, run_id
+from etcdsched.store.kv import KV, Cmp, Op, Ops, Versioned, prefix_end
 
 CANCEL_TRIES = 5
 NEARBY_SKIPS = 2

@@ -22,7 +22,7 @@ from etcdsched.api.auth import Authenticator, Principal
 from etcdsched.api.errors import MalformedRequest
 from etcdsched.api.quotas import Quotas
 from etcdsched.api.services import ApiServices
-from etcdsched.errors import Forbidden, PayloadTooLarge
+from etcdsched.model.errors import Forbidden, PayloadTooLarge
 
 M = TypeVar("M", bound=BaseModel)
 AuthMode = Literal["none", "any", "admin"]

@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
 from etcdsched.api.auth import Role, TenantLimits
-from etcdsched.models import (
+from etcdsched.model.records import (
     JobRecord,
     OwnerRecord,
     RunRecord,
@@ -24,8 +24,8 @@ from etcdsched.models import (
     SkipRecord,
     WorkerMember,
 )
-from etcdsched.spec import TENANT_PATTERN, JobSpec
-from etcdsched.statemachine import RunState
+from etcdsched.model.spec import TENANT_PATTERN, JobSpec
+from etcdsched.model.states import RunState
 
 MAX_PAGE = 1000
 

@@ -12,15 +12,15 @@ from typing import Protocol
 
 from prometheus_client import CollectorRegistry
 
-from etcdsched.clock import Clock
-from etcdsched.jobs import JobService
-from etcdsched.keys import Keys
-from etcdsched.metrics import REGISTRY
-from etcdsched.store import Store
+from etcdsched.runtime.clock import Clock
+from etcdsched.runtime.metrics import REGISTRY
+from etcdsched.store.jobs import JobService
+from etcdsched.store.keys import Keys
+from etcdsched.store.kv import Store
 
 
 class LogChunkLike(Protocol):
-    """One read of a run's log (``etcdsched.logstore.LogChunk`` has this shape)."""
+    """One read of a run's log (``etcdsched.logs.store.LogChunk`` has this shape)."""
 
     @property
     def data(self) -> bytes: ...
@@ -41,7 +41,7 @@ class LogChunkLike(Protocol):
 class LogReader(Protocol):
     """Where run logs are read from (a directory, or object storage).
 
-    A log that does not exist (yet) raises :class:`~etcdsched.errors.NotFound`
+    A log that does not exist (yet) raises :class:`~etcdsched.model.errors.NotFound`
     or returns an empty, incomplete chunk; the API treats both alike for runs
     that have not started.
     """

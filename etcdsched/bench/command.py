@@ -21,7 +21,7 @@ class _Duration(click.ParamType):  # type: ignore[type-arg]
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, float):
             return value
-        from etcdsched.durations import parse_duration
+        from etcdsched.model.durations import parse_duration
 
         try:
             return parse_duration(value).total_seconds()

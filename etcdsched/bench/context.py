@@ -13,11 +13,11 @@ from etcdsched.bench.measure import count_keys
 from etcdsched.bench.options import BenchOptions
 from etcdsched.bench.progress import Progress
 from etcdsched.bench.results import ScenarioResult
-from etcdsched.errors import StoreUnavailable
-from etcdsched.etcd_store import EtcdOptions, EtcdStore
-from etcdsched.keys import Keys
-from etcdsched.scheduler import ensure_cluster
-from etcdsched.store import Ops
+from etcdsched.model.errors import StoreUnavailable
+from etcdsched.scheduler.service import ensure_cluster
+from etcdsched.store.etcd import EtcdOptions, EtcdStore
+from etcdsched.store.keys import Keys
+from etcdsched.store.kv import Ops
 
 SHUTDOWN_GRACE = 2
 

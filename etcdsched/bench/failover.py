@@ -24,9 +24,9 @@ from etcdsched.bench.progress import note
 from etcdsched.bench.results import ScenarioResult, Table, Target
 from etcdsched.bench.throughput import START_DELAY_MS, interval_rows
 from etcdsched.config import Config
-from etcdsched.errors import StoreUnavailable
-from etcdsched.keys import Keys, partition_of, run_id, run_seq
-from etcdsched.models import OwnerRecord, RunRecord
+from etcdsched.model.errors import StoreUnavailable
+from etcdsched.model.records import OwnerRecord, RunRecord
+from etcdsched.store.keys import Keys, partition_of, run_id, run_seq
 
 JOBS_PER_PARTITION = 4
 SCHED_COLUMNS = ["round", "partitions lost", "taken over", "first fires again", "all fire again"]

@@ -32,8 +32,8 @@ from etcdsched.bench.measure import (
 from etcdsched.bench.progress import note
 from etcdsched.bench.results import ScenarioResult, Table, Target
 from etcdsched.bench.throughput import START_DELAY_MS, expected_slots, interval_rows
-from etcdsched.cronwall import ms_to_utc
-from etcdsched.errors import EtcdschedError
+from etcdsched.model.cronwall import ms_to_utc
+from etcdsched.model.errors import EtcdschedError
 
 LAG_COLUMNS = ["started/expected", "lag p50 ms", "lag p90 ms", "lag p99 ms", "lag max ms"]
 BURST_TARGET_MS = {10_000: 1000.0, 100_000: 5000.0}

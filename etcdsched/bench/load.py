@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from etcdsched.bench.progress import Progress
-from etcdsched.codec import encode
-from etcdsched.errors import OutcomeUnknown, StoreUnavailable
-from etcdsched.jobs import due_entry
-from etcdsched.keys import Keys, partition_of
-from etcdsched.models import JobRecord
-from etcdsched.spec import JobSpec
-from etcdsched.store import Op, Ops, Store
-from etcdsched.triggers import next_slot
+from etcdsched.model.codec import encode
+from etcdsched.model.errors import OutcomeUnknown, StoreUnavailable
+from etcdsched.model.records import JobRecord
+from etcdsched.model.spec import JobSpec
+from etcdsched.model.triggers import next_slot
+from etcdsched.store.jobs import due_entry
+from etcdsched.store.keys import Keys, partition_of
+from etcdsched.store.kv import Op, Ops, Store
 
 JOBS_PER_TXN = 40  # 3 puts each: 120 ops, under etcd's default --max-txn-ops 128
 IN_FLIGHT = 16

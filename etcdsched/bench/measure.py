@@ -12,10 +12,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from etcdsched.cache import list_all
-from etcdsched.keys import Keys
-from etcdsched.models import RunRecord
-from etcdsched.store import Store, prefix_end
+from etcdsched.model.records import RunRecord
+from etcdsched.store.cache import list_all
+from etcdsched.store.keys import Keys
+from etcdsched.store.kv import Store, prefix_end
 
 STAGES = ("fired", "placed", "started", "finished")
 

@@ -21,7 +21,7 @@ from etcdsched.bench.progress import Progress, note
 from etcdsched.bench.results import ScenarioResult, Table, Target
 from etcdsched.bench.scan import ensure_stored
 from etcdsched.bench.throughput import START_DELAY_MS, interval_rows
-from etcdsched.keys import Keys
+from etcdsched.store.keys import Keys
 
 SCHEDULER_LIMIT_MB = 300.0
 

@@ -18,8 +18,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
+from etcdsched.bench.describe import Figures, machine_line, version_line
 from etcdsched.bench.measure import STAGES
-from etcdsched.bench.report import Figures, machine_line, version_line
 from etcdsched.bench.results import ScenarioResult
 
 

@@ -17,8 +17,8 @@ from etcdsched.bench.cpu import fleet_groups, per_unit_ms, sample
 from etcdsched.bench.measure import summary
 from etcdsched.bench.progress import note
 from etcdsched.bench.results import ScenarioResult, Table
-from etcdsched.keys import Keys
-from etcdsched.store import Ops, Store
+from etcdsched.store.keys import Keys
+from etcdsched.store.kv import Ops, Store
 
 PLAN = (  # (label, transactions in flight, puts per transaction)
     ("sequential single puts", 1, 1),

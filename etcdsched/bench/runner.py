@@ -28,9 +28,9 @@ from etcdsched.bench.options import BenchOptions
 from etcdsched.bench.progress import note
 from etcdsched.bench.report import render
 from etcdsched.bench.results import ScenarioResult, write_results
-from etcdsched.embedded import COMPACT_EVERY, EtcdTuning
-from etcdsched.etcd_cluster import EtcdCluster
-from etcdsched.etcd_store import EtcdOptions, EtcdStore
+from etcdsched.store.embedded import COMPACT_EVERY, EtcdTuning
+from etcdsched.store.etcd import EtcdOptions, EtcdStore
+from etcdsched.store.etcd_cluster import EtcdCluster
 
 Scenario = Callable[[BenchContext], Awaitable[ScenarioResult]]
 RUNNERS: dict[str, Scenario] = {

@@ -21,14 +21,14 @@ from etcdsched.bench.etcd_ops import BACKGROUND, per_unit, read_counters
 from etcdsched.bench.load import make_spec, templated_rows, write_jobs
 from etcdsched.bench.progress import note
 from etcdsched.bench.results import ScenarioResult, Table, Target
-from etcdsched.clock import SystemClock
-from etcdsched.cronwall import ms_to_utc
-from etcdsched.etcd_store import EtcdStore
-from etcdsched.firing import PartitionFirer
-from etcdsched.keys import Keys
-from etcdsched.overlap import active_runs_cache
-from etcdsched.ownership import Ownership
-from etcdsched.session import Session
+from etcdsched.model.cronwall import ms_to_utc
+from etcdsched.runtime.clock import SystemClock
+from etcdsched.scheduler.firing import PartitionFirer
+from etcdsched.scheduler.overlap import active_runs_cache
+from etcdsched.scheduler.ownership import Ownership
+from etcdsched.store.etcd import EtcdStore
+from etcdsched.store.keys import Keys
+from etcdsched.store.session import Session
 
 DAY_MS = 86_400_000
 HORIZON_MS = 60_000

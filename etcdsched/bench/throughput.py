@@ -40,8 +40,8 @@ from etcdsched.bench.measure import (
 from etcdsched.bench.options import BenchOptions, offered_rate, worker_slots_for
 from etcdsched.bench.progress import note
 from etcdsched.bench.results import ScenarioResult, Table, Target
-from etcdsched.cronwall import ms_to_utc
-from etcdsched.keys import Keys
+from etcdsched.model.cronwall import ms_to_utc
+from etcdsched.store.keys import Keys
 
 START_DELAY_MS = 5000
 EXECUTOR_LABEL = {"noop": "noop executor (starts nothing)", "process": "real subprocess `true`"}

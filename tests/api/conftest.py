@@ -15,12 +15,12 @@ from aiohttp import web
 from etcdsched.api.app import ApiServices, make_app
 from etcdsched.api.auth import create_admin_token, create_token
 from etcdsched.client import Client
-from etcdsched.clock import SystemClock
 from etcdsched.config import Config
-from etcdsched.etcd_store import EtcdStore
-from etcdsched.jobs import JobService
-from etcdsched.keys import Keys
-from etcdsched.logstore import DirLogStore
+from etcdsched.logs.store import DirLogStore
+from etcdsched.runtime.clock import SystemClock
+from etcdsched.store.etcd import EtcdStore
+from etcdsched.store.jobs import JobService
+from etcdsched.store.keys import Keys
 
 PARTITIONS = 4
 MAX_BODY = 64 * 1024

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from etcdsched.errors import Forbidden, QuotaExceeded, Unauthorized
+from etcdsched.model.errors import Forbidden, QuotaExceeded, Unauthorized
 from tests.api.conftest import Api, spec
 
 

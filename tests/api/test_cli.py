@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from etcdsched.cli import main
-from etcdsched.cli_support import resolve_connection
-from etcdsched.statemachine import RunState
+from etcdsched.cli.main import main
+from etcdsched.cli.support import resolve_connection
+from etcdsched.model.states import RunState
 from tests.api.conftest import Api
 
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from etcdsched import metrics
 from etcdsched.api.app import ROUTES, make_app
 from etcdsched.api.openapi import documented_operations
 from etcdsched.config import Config
-from etcdsched.models import OwnerRecord, SchedulerMember, WorkerMember
-from etcdsched.spec import Capacity
-from etcdsched.store import Ops
+from etcdsched.model.records import OwnerRecord, SchedulerMember, WorkerMember
+from etcdsched.model.spec import Capacity
+from etcdsched.runtime import metrics
+from etcdsched.store.kv import Ops
 from tests.api.conftest import PARTITIONS, Api, spec
 
 

@@ -10,7 +10,7 @@ from aiohttp.test_utils import make_mocked_request
 
 from etcdsched.api.errors import MalformedRequest, error_middleware
 from etcdsched.client import ApiError, error_from_response
-from etcdsched.errors import NotFound, QuotaExceeded
+from etcdsched.model.errors import NotFound, QuotaExceeded
 from tests.api.conftest import MAX_BODY, Api, spec
 
 

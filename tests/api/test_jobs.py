@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from etcdsched.errors import Conflict, InvalidInput, NotFound
-from etcdsched.statemachine import RunState
+from etcdsched.model.errors import Conflict, InvalidInput, NotFound
+from etcdsched.model.states import RunState
 from tests.api.conftest import Api, spec
 
 

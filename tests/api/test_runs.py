@@ -9,17 +9,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from etcdsched.errors import InvalidTransition
-from etcdsched.models import (
-    Assignment,
-    RunRecord,
-    SkipRecord,
-    assign_attempt,
-    finish_attempt,
-    start_attempt,
-)
-from etcdsched.statemachine import RunState
-from etcdsched.store import Cmp, Ops
+from etcdsched.model.errors import InvalidTransition
+from etcdsched.model.records import Assignment, RunRecord, SkipRecord
+from etcdsched.model.statemachine import assign_attempt, finish_attempt, start_attempt
+from etcdsched.model.states import RunState
+from etcdsched.store.kv import Cmp, Ops
 from tests.api.conftest import Api, spec
 from tests.support.eventually import assert_eventually
 

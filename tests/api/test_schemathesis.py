@@ -30,12 +30,12 @@ from schemathesis.config import (
 from etcdsched.api.app import ROUTES, ApiServices, make_app
 from etcdsched.api.auth import create_admin_token
 from etcdsched.api.openapi import build_document
-from etcdsched.clock import SystemClock
 from etcdsched.config import Config
-from etcdsched.etcd_store import EtcdOptions, EtcdStore
-from etcdsched.jobs import JobService
-from etcdsched.keys import Keys
-from etcdsched.logstore import DirLogStore
+from etcdsched.logs.store import DirLogStore
+from etcdsched.runtime.clock import SystemClock
+from etcdsched.store.etcd import EtcdOptions, EtcdStore
+from etcdsched.store.jobs import JobService
+from etcdsched.store.keys import Keys
 
 MAX_EXAMPLES = 25
 # The coverage phase sends ~700 boundary cases to each JobSpec route alone:

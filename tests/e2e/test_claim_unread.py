@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import pytest
 
-from etcdsched.assign_requests import assignment_ops
-from etcdsched.executor import NoopExecutor
-from etcdsched.models import Assignment, Claim, RunRecord
-from etcdsched.statemachine import RunState
-from etcdsched.store import Cmp, Ops
-from etcdsched.worker import WorkerService
+from etcdsched.model.records import Assignment, Claim, RunRecord
+from etcdsched.model.states import RunState
+from etcdsched.scheduler.assign_requests import assignment_ops
+from etcdsched.store.kv import Cmp, Ops
+from etcdsched.worker.executor import NoopExecutor
+from etcdsched.worker.service import WorkerService
 from tests.support.e2e_jobs import now_ms, only_run, spec, wait_state, workers_registered
 from tests.support.services import Services
 

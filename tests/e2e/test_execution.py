@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-from etcdsched.executor import NoopExecutor
-from etcdsched.models import ActivePointer
-from etcdsched.runs import cancel_run
-from etcdsched.statemachine import RunState
+from etcdsched.model.records import ActivePointer
+from etcdsched.model.states import RunState
+from etcdsched.store.runs import cancel_run
+from etcdsched.worker.executor import NoopExecutor
 from tests.support.e2e_jobs import (
     intervals,
     ledger_ok,

@@ -3,17 +3,18 @@ earlier than the lookahead and never later than ``lookahead - granule``."""
 
 from __future__ import annotations
 
-from etcdsched.backpressure import BACKLOG_LIMIT, FiringBrake
-from etcdsched.clock import FakeClock
-from etcdsched.cronwall import ms_to_utc
-from etcdsched.etcd_store import EtcdStore
-from etcdsched.firing import GRANULE_MAX_MS, PartitionFirer
-from etcdsched.jobs import JobService
-from etcdsched.keys import Keys
-from etcdsched.overlap import active_runs_cache
-from etcdsched.ownership import Ownership
-from etcdsched.session import Session
-from etcdsched.spec import JobSpec
+from etcdsched.config import BACKLOG_LIMIT
+from etcdsched.model.cronwall import ms_to_utc
+from etcdsched.model.spec import JobSpec
+from etcdsched.runtime.clock import FakeClock
+from etcdsched.scheduler.backpressure import FiringBrake
+from etcdsched.scheduler.firing import GRANULE_MAX_MS, PartitionFirer
+from etcdsched.scheduler.overlap import active_runs_cache
+from etcdsched.scheduler.ownership import Ownership
+from etcdsched.store.etcd import EtcdStore
+from etcdsched.store.jobs import JobService
+from etcdsched.store.keys import Keys
+from etcdsched.store.session import Session
 
 P = 1
 LOOKAHEAD_MS = 2000

@@ -4,8 +4,8 @@ turns it off."""
 
 from __future__ import annotations
 
-from etcdsched.executor import NoopExecutor
-from etcdsched.statemachine import RunState
+from etcdsched.model.states import RunState
+from etcdsched.worker.executor import NoopExecutor
 from tests.support.e2e_jobs import (
     only_run,
     spec,

@@ -11,18 +11,18 @@ from __future__ import annotations
 
 import asyncio
 
-from etcdsched.clock import SystemClock
-from etcdsched.etcd_store import EtcdOptions, EtcdStore
-from etcdsched.firing import PartitionFirer
-from etcdsched.jobs import JobService
-from etcdsched.keys import Keys
-from etcdsched.ledger import account
-from etcdsched.models import RunRecord
-from etcdsched.overlap import active_runs_cache
-from etcdsched.ownership import Ownership
-from etcdsched.scheduler import ensure_cluster
-from etcdsched.session import Session
-from etcdsched.spec import JobSpec
+from etcdsched.model.records import RunRecord
+from etcdsched.model.spec import JobSpec
+from etcdsched.runtime.clock import SystemClock
+from etcdsched.scheduler.firing import PartitionFirer
+from etcdsched.scheduler.overlap import active_runs_cache
+from etcdsched.scheduler.ownership import Ownership
+from etcdsched.scheduler.service import ensure_cluster
+from etcdsched.store.etcd import EtcdOptions, EtcdStore
+from etcdsched.store.jobs import JobService
+from etcdsched.store.keys import Keys
+from etcdsched.store.ledger import account
+from etcdsched.store.session import Session
 
 P = 4
 JOBS = 40

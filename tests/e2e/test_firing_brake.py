@@ -4,7 +4,7 @@ the slots in the due index, and fires them once placement catches up."""
 
 from __future__ import annotations
 
-from etcdsched.statemachine import RunState
+from etcdsched.model.states import RunState
 from tests.support.e2e_jobs import spec, start_worker
 from tests.support.eventually import assert_eventually
 from tests.support.services import Services

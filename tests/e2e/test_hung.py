@@ -6,12 +6,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from etcdsched.executor import Prepared
-from etcdsched.logstore import LogWriter
-from etcdsched.models import RunRecord
-from etcdsched.process_group import ExitStatus
-from etcdsched.spec import JobSpec
-from etcdsched.statemachine import RunState
+from etcdsched.logs.store import LogWriter
+from etcdsched.model.records import RunRecord
+from etcdsched.model.spec import JobSpec
+from etcdsched.model.states import RunState
+from etcdsched.worker.executor import Prepared
+from etcdsched.worker.process_group import ExitStatus
 from tests.support.eventually import assert_eventually
 from tests.support.services import Services
 

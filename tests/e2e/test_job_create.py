@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from etcdsched.clock import FakeClock
-from etcdsched.errors import Conflict
-from etcdsched.etcd_store import EtcdStore
-from etcdsched.jobs import JobService
-from etcdsched.keys import Keys
-from etcdsched.spec import JobSpec
+from etcdsched.model.errors import Conflict
+from etcdsched.model.spec import JobSpec
+from etcdsched.runtime.clock import FakeClock
+from etcdsched.store.etcd import EtcdStore
+from etcdsched.store.jobs import JobService
+from etcdsched.store.keys import Keys
 
 
 async def test_a_second_create_in_the_same_millisecond_is_a_conflict(

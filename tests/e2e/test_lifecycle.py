@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from etcdsched.errors import Conflict
-from etcdsched.models import RunRecord
-from etcdsched.runs import cancel_run
-from etcdsched.statemachine import RunState
+from etcdsched.model.errors import Conflict
+from etcdsched.model.records import RunRecord
+from etcdsched.model.states import RunState
+from etcdsched.store.runs import cancel_run
 from tests.support.e2e_jobs import (
     every_second,
     intervals,

@@ -6,8 +6,8 @@ from __future__ import annotations
 from itertools import pairwise
 from pathlib import Path
 
-from etcdsched.models import RunRecord
-from etcdsched.statemachine import RunState
+from etcdsched.model.records import RunRecord
+from etcdsched.model.states import RunState
 from tests.support.e2e_jobs import (
     every_second,
     intervals,

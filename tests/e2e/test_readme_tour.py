@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from etcdsched.embedded import etcd_binary, reserve_ports
+from etcdsched.store.embedded import etcd_binary, reserve_ports
 from tests.support.eventually import wait_until
 
 pytestmark = pytest.mark.slow

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from etcdsched.spec import JobSpec
+from etcdsched.model.spec import JobSpec
 from tests.support.eventually import assert_eventually
 from tests.support.services import Services
 

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import asyncio
 
-from etcdsched.clock import SystemClock
-from etcdsched.errors import OutcomeUnknown
-from etcdsched.etcd_store import EtcdOptions, EtcdStore
-from etcdsched.firing import PartitionFirer
-from etcdsched.jobs import JobService, due_entry
-from etcdsched.keys import Keys, partition_of
-from etcdsched.models import JobRecord
-from etcdsched.overlap import active_runs_cache
-from etcdsched.ownership import Ownership
-from etcdsched.scheduler import ensure_cluster
-from etcdsched.session import Session
-from etcdsched.spec import JobSpec
-from etcdsched.store import Ops
+from etcdsched.model.errors import OutcomeUnknown
+from etcdsched.model.records import JobRecord
+from etcdsched.model.spec import JobSpec
+from etcdsched.runtime.clock import SystemClock
+from etcdsched.scheduler.firing import PartitionFirer
+from etcdsched.scheduler.overlap import active_runs_cache
+from etcdsched.scheduler.ownership import Ownership
+from etcdsched.scheduler.service import ensure_cluster
+from etcdsched.store.etcd import EtcdOptions, EtcdStore
+from etcdsched.store.jobs import JobService, due_entry
+from etcdsched.store.keys import Keys, partition_of
+from etcdsched.store.kv import Ops
+from etcdsched.store.session import Session
 
 STORED = 100_000
 DUE = 10

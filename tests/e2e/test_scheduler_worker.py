@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from etcdsched.logstore import DirLogWriter
-from etcdsched.models import RunRecord
-from etcdsched.runs import cancel_run
-from etcdsched.spec import JobSpec
-from etcdsched.statemachine import RunState
-from etcdsched.worker import WorkerService
+from etcdsched.logs.store import DirLogWriter
+from etcdsched.model.records import RunRecord
+from etcdsched.model.spec import JobSpec
+from etcdsched.model.states import RunState
+from etcdsched.store.runs import cancel_run
+from etcdsched.worker.service import WorkerService
 from tests.support.eventually import assert_eventually
 from tests.support.services import Services
 

@@ -8,7 +8,7 @@ and reports every broken promise:
 * §2.1 — a slot is at most one run: ``duplicate_slot``; and a run is never
   executed twice at once: ``overlapping_attempts``, ``duplicate_attempt``.
 * §2.2 — no due slot is silently lost: ``unexplained_slot``, ``run_and_skip``,
-  ``skip_count`` (via :func:`etcdsched.ledger.check_slots`), ``stray_run``.
+  ``skip_count`` (via :func:`etcdsched.store.ledger.check_slots`), ``stray_run``.
 * §2.3 — a run whose worker vanished is rerun: ``not_terminal`` after quiesce.
 * §2.4 — a zombie cannot corrupt a run: ``stale_outcome`` (an outcome the
   ledger does not back), ``unknown_attempt`` (the ledger saw an execution the
@@ -28,10 +28,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from etcdsched.ledger import MAX_SLOTS, check_slots
-from etcdsched.models import JobRecord, RunRecord, SkipRecord
-from etcdsched.statemachine import RunState
-from etcdsched.triggers import slots_between
+from etcdsched.model.records import JobRecord, RunRecord, SkipRecord
+from etcdsched.model.states import RunState
+from etcdsched.model.triggers import slots_between
+from etcdsched.store.ledger import MAX_SLOTS, check_slots
 
 VIOLATION_KINDS = {
     "duplicate_slot": "more than one scheduled run for one slot",

@@ -16,18 +16,12 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
-from etcdsched.cache import list_all
-from etcdsched.errors import EtcdschedError
-from etcdsched.jobs import JobService
-from etcdsched.keys import Keys
-from etcdsched.models import (
-    DueEntry,
-    JobRecord,
-    RunRecord,
-    SkipRecord,
-    WorkerMember,
-)
-from etcdsched.store import KV, Store, prefix_end
+from etcdsched.model.errors import EtcdschedError
+from etcdsched.model.records import DueEntry, JobRecord, RunRecord, SkipRecord, WorkerMember
+from etcdsched.store.cache import list_all
+from etcdsched.store.jobs import JobService
+from etcdsched.store.keys import Keys
+from etcdsched.store.kv import KV, Store, prefix_end
 from tests.faults.checker import History
 from tests.support.ledgerfile import pid_alive, read_ledger_tolerant
 

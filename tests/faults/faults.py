@@ -26,12 +26,12 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from etcdsched.clock import SystemClock
-from etcdsched.errors import EtcdschedError
-from etcdsched.jobs import JobService
-from etcdsched.keys import Keys
-from etcdsched.runs import cancel_run
-from etcdsched.store import Store
+from etcdsched.model.errors import EtcdschedError
+from etcdsched.runtime.clock import SystemClock
+from etcdsched.store.jobs import JobService
+from etcdsched.store.keys import Keys
+from etcdsched.store.kv import Store
+from etcdsched.store.runs import cancel_run
 from tests.faults.fleet import AgentSlot, Fleet
 from tests.faults.workload import JobPlan, Workload
 

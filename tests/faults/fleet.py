@@ -14,8 +14,8 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from etcdsched.embedded import COMPACT_EVERY, EtcdMember, EtcdTuning
-from etcdsched.etcd_cluster import EtcdCluster
+from etcdsched.store.embedded import COMPACT_EVERY, EtcdMember, EtcdTuning
+from etcdsched.store.etcd_cluster import EtcdCluster
 from tests.support.procs import AgentProcess, agent_env
 
 log = logging.getLogger(__name__)

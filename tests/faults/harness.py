@@ -42,13 +42,13 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from etcdsched.clock import SystemClock
-from etcdsched.durations import parse_duration
-from etcdsched.errors import EtcdschedError
-from etcdsched.etcd_store import EtcdOptions, EtcdStore
-from etcdsched.jobs import JobService
-from etcdsched.keys import Keys
-from etcdsched.scheduler import ensure_cluster
+from etcdsched.model.durations import parse_duration
+from etcdsched.model.errors import EtcdschedError
+from etcdsched.runtime.clock import SystemClock
+from etcdsched.scheduler.service import ensure_cluster
+from etcdsched.store.etcd import EtcdOptions, EtcdStore
+from etcdsched.store.jobs import JobService
+from etcdsched.store.keys import Keys
 from tests.faults.checker import check_history
 from tests.faults.collect import collect_history, dump_history, pause_all, wait_until
 from tests.faults.faults import Injector

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from etcdsched.models import JobRecord, RunRecord, SkipRecord
+from etcdsched.model.records import JobRecord, RunRecord, SkipRecord
 from tests.faults.checker import History, check_history
 from tests.faults.collect import archived_runs
 from tests.faults.faults import Fault

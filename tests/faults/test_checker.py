@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from etcdsched.models import Attempt, JobRecord, RunRecord, SkipRecord
-from etcdsched.runs import RunOrigin, new_run
-from etcdsched.spec import JobSpec
-from etcdsched.statemachine import RunState
+from etcdsched.model.records import Attempt, JobRecord, RunRecord, SkipRecord
+from etcdsched.model.spec import JobSpec
+from etcdsched.model.states import RunState
+from etcdsched.store.runs import RunOrigin, new_run
 from tests.faults.checker import History, HistoryReport, Percentiles, check_history
 from tests.faults.collect import archived_runs
 

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from etcdsched.clock import SystemClock
-from etcdsched.etcd_store import EtcdStore
-from etcdsched.jobs import JobService
-from etcdsched.keys import Keys, partition_of
-from etcdsched.ledger import account
-from etcdsched.models import OwnerRecord, RunRecord
-from etcdsched.scheduler import ensure_cluster
-from etcdsched.spec import JobSpec
+from etcdsched.model.records import OwnerRecord, RunRecord
+from etcdsched.model.spec import JobSpec
+from etcdsched.runtime.clock import SystemClock
+from etcdsched.scheduler.service import ensure_cluster
+from etcdsched.store.etcd import EtcdStore
+from etcdsched.store.jobs import JobService
+from etcdsched.store.keys import Keys, partition_of
+from etcdsched.store.ledger import account
 from tests.support.eventually import assert_eventually
 from tests.support.procs import AgentProcess, agent_env
 

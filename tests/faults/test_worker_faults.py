@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from etcdsched.clock import SystemClock
-from etcdsched.etcd_store import EtcdStore
-from etcdsched.jobs import JobService
-from etcdsched.keys import Keys
-from etcdsched.models import RunRecord, WorkerMember
-from etcdsched.scheduler import ensure_cluster
-from etcdsched.spec import JobSpec
-from etcdsched.statemachine import RunState
+from etcdsched.model.records import RunRecord, WorkerMember
+from etcdsched.model.spec import JobSpec
+from etcdsched.model.states import RunState
+from etcdsched.runtime.clock import SystemClock
+from etcdsched.scheduler.service import ensure_cluster
+from etcdsched.store.etcd import EtcdStore
+from etcdsched.store.jobs import JobService
+from etcdsched.store.keys import Keys
 from tests.support.eventually import assert_eventually
 from tests.support.ledgerfile import job_argv, pid_alive, read_ledger
 from tests.support.procs import AgentProcess, agent_env

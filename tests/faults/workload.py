@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from etcdsched.spec import JobSpec
+from etcdsched.model.spec import JobSpec
 from tests.support.ledgerfile import job_argv
 
 MIX = ("quick", "long", "quick", "failing", "quick", "hanging", "quick", "long", "failing")

@@ -5,13 +5,13 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from etcdsched.clock import SystemClock
-from etcdsched.embedded import EtcdTuning
-from etcdsched.errors import EtcdschedError
-from etcdsched.etcd_cluster import EtcdCluster
-from etcdsched.etcd_store import EtcdOptions, EtcdStore
-from etcdsched.session import Session
-from etcdsched.store import Ops
+from etcdsched.model.errors import EtcdschedError
+from etcdsched.runtime.clock import SystemClock
+from etcdsched.store.embedded import EtcdTuning
+from etcdsched.store.etcd import EtcdOptions, EtcdStore
+from etcdsched.store.etcd_cluster import EtcdCluster
+from etcdsched.store.kv import Ops
+from etcdsched.store.session import Session
 from tests.support.eventually import assert_eventually
 
 RETRY_WINDOW = 3.0

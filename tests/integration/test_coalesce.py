@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator
 
 import pytest_asyncio
 
-from etcdsched.coalesce import CoalescingStore
-from etcdsched.etcd_store import EtcdOptions, EtcdStore
-from etcdsched.store import Cmp, Ops
+from etcdsched.store.coalesce import CoalescingStore
+from etcdsched.store.etcd import EtcdOptions, EtcdStore
+from etcdsched.store.kv import Cmp, Ops
 
 
 @pytest_asyncio.fixture(loop_scope="session")

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from etcdsched.embedded import (
+from etcdsched.store.embedded import (
     EtcdMember,
     EtcdStartError,
     EtcdTuning,
     etcd_binary,
     reserve_ports,
 )
-from etcdsched.etcd_cluster import EtcdCluster
+from etcdsched.store.etcd_cluster import EtcdCluster
 from tests.support.eventually import wait_until
 
 FAST = EtcdTuning(unsafe_no_fsync=True)

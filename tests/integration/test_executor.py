@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from etcdsched.errors import InvalidInput
-from etcdsched.executor import NoopExecutor, ProcessExecutor
-from etcdsched.job_commands import command_argv
-from etcdsched.logstore import DirLogStore, LogWriter
-from etcdsched.models import RunRecord
-from etcdsched.process_group import ExitStatus, Process
-from etcdsched.spec import CommandExecution, JobSpec
+from etcdsched.logs.store import DirLogStore, LogWriter
+from etcdsched.model.errors import InvalidInput
+from etcdsched.model.records import RunRecord
+from etcdsched.model.spec import CommandExecution, JobSpec
+from etcdsched.worker.executor import NoopExecutor, ProcessExecutor
+from etcdsched.worker.job_commands import command_argv
+from etcdsched.worker.process_group import ExitStatus, Process
 from tests.support.eventually import assert_eventually
 
 SLOT_MS = 1_767_225_600_123  # 2026-01-01T00:00:00.123Z

@@ -16,16 +16,16 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from etcdsched.executor import (
+from etcdsched.logs.store import DirLogStore, LogWriter
+from etcdsched.worker.executor import (
     EXIT_NOT_FOUND,
     Executor,
     NoopExecutor,
     Prepared,
     ProcessExecutor,
 )
-from etcdsched.logstore import DirLogStore, LogWriter
-from etcdsched.process_group import ExitStatus
-from etcdsched.starter import ThreadStarter
+from etcdsched.worker.process_group import ExitStatus
+from etcdsched.worker.starter import ThreadStarter
 from tests.integration.test_executor import RUN_ID, make_run
 from tests.support.eventually import assert_eventually
 

@@ -6,16 +6,16 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from etcdsched.assign_requests import ASSIGNED, CONFLICT, GONE, FireRequest
-from etcdsched.assigner import WorkerBatcher
-from etcdsched.etcd_store import EtcdStore
-from etcdsched.keys import Keys
-from etcdsched.models import ActivePointer, Assignment, RunRecord, WorkerMember
-from etcdsched.placement import WorkerView
-from etcdsched.runs import RunOrigin, new_run
-from etcdsched.spec import Capacity, JobSpec
-from etcdsched.statemachine import RunState
-from etcdsched.store import Cmp, Compare, Op, Ops
+from etcdsched.model.placement import WorkerView
+from etcdsched.model.records import ActivePointer, Assignment, RunRecord, WorkerMember
+from etcdsched.model.spec import Capacity, JobSpec
+from etcdsched.model.states import RunState
+from etcdsched.scheduler.assign_requests import ASSIGNED, CONFLICT, GONE, FireRequest
+from etcdsched.scheduler.assigner import WorkerBatcher
+from etcdsched.store.etcd import EtcdStore
+from etcdsched.store.keys import Keys
+from etcdsched.store.kv import Cmp, Compare, Op, Ops
+from etcdsched.store.runs import RunOrigin, new_run
 
 SLOT_MS = 1_800_000_000_000
 SPEC = JobSpec.model_validate({"trigger": {"kind": "now"}, "execution": {"argv": ["true"]}})

@@ -15,9 +15,9 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 
-from etcdsched.errors import StoreUnavailable
-from etcdsched.etcd_store import EtcdOptions, EtcdStore
-from etcdsched.store import Ops
+from etcdsched.model.errors import StoreUnavailable
+from etcdsched.store.etcd import EtcdOptions, EtcdStore
+from etcdsched.store.kv import Ops
 
 
 @pytest_asyncio.fixture(loop_scope="session")

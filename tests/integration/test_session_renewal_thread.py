@@ -9,11 +9,11 @@ import time
 
 import pytest
 
-from etcdsched.clock import SystemClock
-from etcdsched.errors import StoreUnavailable
-from etcdsched.etcd_store import EtcdOptions, EtcdStore
-from etcdsched.lease_renewer import BlockingRenewer
-from etcdsched.session import Renewer, RenewerFactory, Session
+from etcdsched.model.errors import StoreUnavailable
+from etcdsched.runtime.clock import SystemClock
+from etcdsched.store.etcd import EtcdOptions, EtcdStore
+from etcdsched.store.lease_renewer import BlockingRenewer
+from etcdsched.store.session import Renewer, RenewerFactory, Session
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 TTL = 2

@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 
-from etcdsched.coalesce import CoalescingStore
-from etcdsched.etcd_store import EtcdOptions, EtcdStore
-from etcdsched.store import Cmp, Ops, Store
+from etcdsched.store.coalesce import CoalescingStore
+from etcdsched.store.etcd import EtcdOptions, EtcdStore
+from etcdsched.store.kv import Cmp, Ops, Store
 from tests.support.eventually import assert_eventually
 
 
@@ -152,9 +152,9 @@ async def test_watch_delivers_every_event_in_order(store: Store, key_prefix: str
 
 
 async def test_compacted_watch_relists_and_resumes(store: Store, key_prefix: str) -> None:
-    from etcdsched.cache import PrefixCache
-    from etcdsched.clock import SystemClock
-    from etcdsched.store import Compacted
+    from etcdsched.runtime.clock import SystemClock
+    from etcdsched.store.cache import PrefixCache
+    from etcdsched.store.kv import Compacted
 
     prefix = f"{key_prefix}cw/"
     await store.txn([], [Ops.put(prefix + "a", b"1")])
@@ -189,7 +189,7 @@ async def test_compacted_watch_relists_and_resumes(store: Store, key_prefix: str
 
 
 async def test_a_read_at_a_compacted_revision_says_compacted(store: Store, key_prefix: str) -> None:
-    from etcdsched.store import Compacted
+    from etcdsched.store.kv import Compacted
 
     key = f"{key_prefix}cr"
     old = (await store.txn([], [Ops.put(key, b"1")])).revision
@@ -220,8 +220,8 @@ class _CompactsAfterFirstPages:
 async def test_a_listing_that_a_compaction_overtakes_starts_over(
     etcd_endpoints: list[str], key_prefix: str, monkeypatch: pytest.MonkeyPatch, compactions: int
 ) -> None:
-    from etcdsched import cache
-    from etcdsched.errors import StoreUnavailable
+    from etcdsched.model.errors import StoreUnavailable
+    from etcdsched.store import cache
 
     etcd = await EtcdStore.connect(EtcdOptions(endpoints=tuple(etcd_endpoints)))
     try:

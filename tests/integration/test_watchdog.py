@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from etcdsched.watchdog import Watchdog
+from etcdsched.worker.watchdog import Watchdog
 from tests.support.eventually import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -218,7 +218,7 @@ def test_the_watchdog_ignores_bad_commands(
 ) -> None:
     job = spawn_job()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "etcdsched.watchdog"],
+        [sys.executable, "-m", "etcdsched.worker.watchdog"],
         stdin=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,

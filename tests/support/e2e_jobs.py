@@ -9,11 +9,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from etcdsched.ledger import LedgerReport, account
-from etcdsched.models import RunRecord, SkipRecord
-from etcdsched.spec import JobSpec
-from etcdsched.statemachine import RunState
-from etcdsched.worker import WorkerService
+from etcdsched.model.records import RunRecord, SkipRecord
+from etcdsched.model.spec import JobSpec
+from etcdsched.model.states import RunState
+from etcdsched.store.ledger import LedgerReport, account
+from etcdsched.worker.service import WorkerService
 from tests.support.eventually import assert_eventually
 from tests.support.ledgerfile import read_ledger
 from tests.support.services import Services

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from etcdsched.embedded import EtcdTuning
-from etcdsched.etcd_cluster import EtcdCluster
+from etcdsched.store.embedded import EtcdTuning
+from etcdsched.store.etcd_cluster import EtcdCluster
 
 _TEST_TUNING = EtcdTuning(unsafe_no_fsync=True)
 _CLUSTER3_FIXTURES = frozenset({"etcd_cluster3", "healthy_cluster3"})

@@ -9,17 +9,17 @@ from pathlib import Path
 
 import pytest_asyncio
 
-from etcdsched.clock import SystemClock
 from etcdsched.config import Config
-from etcdsched.etcd_store import EtcdStore
-from etcdsched.executor import Executor, ProcessExecutor
-from etcdsched.jobs import JobService
-from etcdsched.keys import Keys
-from etcdsched.logstore import DirLogStore
-from etcdsched.models import RunRecord
-from etcdsched.scheduler import SchedulerService, ensure_cluster
-from etcdsched.starter import ThreadStarter
-from etcdsched.worker import WorkerService
+from etcdsched.logs.store import DirLogStore
+from etcdsched.model.records import RunRecord
+from etcdsched.runtime.clock import SystemClock
+from etcdsched.scheduler.service import SchedulerService, ensure_cluster
+from etcdsched.store.etcd import EtcdStore
+from etcdsched.store.jobs import JobService
+from etcdsched.store.keys import Keys
+from etcdsched.worker.executor import Executor, ProcessExecutor
+from etcdsched.worker.service import WorkerService
+from etcdsched.worker.starter import ThreadStarter
 
 PARTITIONS = 4
 

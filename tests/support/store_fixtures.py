@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator
 
 import pytest_asyncio
 
-from etcdsched.etcd_store import EtcdOptions, EtcdStore
-from etcdsched.keys import Keys
+from etcdsched.store.etcd import EtcdOptions, EtcdStore
+from etcdsched.store.keys import Keys
 
 
 @pytest_asyncio.fixture(loop_scope="session")

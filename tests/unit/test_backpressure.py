@@ -8,10 +8,10 @@ import logging
 
 import pytest
 
-from etcdsched.backpressure import LOG_EVERY_S, FiringBrake, NoBrake
-from etcdsched.clock import FakeClock
-from etcdsched.keys import Keys
-from etcdsched.store import KV, Event
+from etcdsched.runtime.clock import FakeClock
+from etcdsched.scheduler.backpressure import LOG_EVERY_S, FiringBrake, NoBrake
+from etcdsched.store.keys import Keys
+from etcdsched.store.kv import KV, Event
 from tests.unit.test_placer_queue import fired, placer, queued
 
 K = Keys("/t/")
@@ -92,7 +92,7 @@ async def test_holds_are_logged_at_once_then_at_most_once_a_minute(
         brake.poke()
         await asyncio.wait_for(held, 1)
 
-    with caplog.at_level(logging.WARNING, logger="etcdsched.backpressure"):
+    with caplog.at_level(logging.WARNING, logger="etcdsched.scheduler.backpressure"):
         await hold_once()
         await hold_once()
         await clock.advance(LOG_EVERY_S)

@@ -6,9 +6,9 @@ import os
 from pathlib import Path
 
 from etcdsched.bench.cpu import CpuSample, fleet_groups, per_unit_ms, sample
+from etcdsched.bench.describe import version_line
 from etcdsched.bench.env import source_commit
 from etcdsched.bench.etcd_ops import BACKGROUND, parse_counters, per_unit
-from etcdsched.bench.report import version_line
 
 
 def test_per_unit_splits_by_group_and_counts_cores() -> None:

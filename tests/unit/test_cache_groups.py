@@ -7,10 +7,10 @@ from typing import Any, cast
 
 import pytest
 
-from etcdsched.cache import PrefixCache
-from etcdsched.clock import FakeClock
-from etcdsched.models import ActivePointer
-from etcdsched.store import KV, Event, Store
+from etcdsched.model.records import ActivePointer
+from etcdsched.runtime.clock import FakeClock
+from etcdsched.store.cache import PrefixCache
+from etcdsched.store.kv import KV, Event, Store
 
 
 def kv(key: str, rev: int) -> KV:

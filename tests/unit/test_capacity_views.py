@@ -8,15 +8,15 @@ from __future__ import annotations
 import asyncio
 from typing import cast
 
-from etcdsched.assign_requests import ASSIGN_OPS, ASSIGNED, AssignRequest
-from etcdsched.assigner import WorkerBatcher
-from etcdsched.capacity import CapacityIndex
-from etcdsched.codec import encode
-from etcdsched.keys import Keys, run_id
-from etcdsched.models import Assignment, RunRecord, WorkerMember
-from etcdsched.placement import NOTHING, WorkerView
-from etcdsched.spec import Capacity, Resources
-from etcdsched.store import KV, MAX_TXN_OPS, Cmp, Event, Store, Versioned
+from etcdsched.model.codec import encode
+from etcdsched.model.placement import NOTHING, WorkerView
+from etcdsched.model.records import Assignment, RunRecord, WorkerMember
+from etcdsched.model.spec import Capacity, Resources
+from etcdsched.scheduler.assign_requests import ASSIGN_OPS, ASSIGNED, AssignRequest
+from etcdsched.scheduler.assigner import WorkerBatcher
+from etcdsched.scheduler.capacity import CapacityIndex
+from etcdsched.store.keys import Keys, run_id
+from etcdsched.store.kv import KV, MAX_TXN_OPS, Cmp, Event, Store, Versioned
 
 K = Keys("/t/")
 

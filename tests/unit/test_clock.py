@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import asyncio
 
-from etcdsched.clock import FakeClock
+from etcdsched.runtime.clock import FakeClock
 
 
 async def test_fake_clock_wakes_sleepers_in_order() -> None:

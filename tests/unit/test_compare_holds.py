@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from etcdsched.store import KV, Cmp, Compare, holds
+from etcdsched.store.kv import KV, Cmp, Compare, holds
 
 KEY = KV("/t/k", b"v1", create_revision=5, mod_revision=9, version=3, lease=7)
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from etcdsched.direct_fire import lone_run
-from etcdsched.firing_conflicts import EntryWrite
-from etcdsched.keys import Keys
-from etcdsched.runs import RunOps, RunOrigin, new_run
-from etcdsched.spec import JobSpec
+from etcdsched.model.spec import JobSpec
+from etcdsched.scheduler.direct_fire import lone_run
+from etcdsched.scheduler.firing_conflicts import EntryWrite
+from etcdsched.store.keys import Keys
+from etcdsched.store.runs import RunOps, RunOrigin, new_run
 
 SLOT_MS = 1_800_000_000_000
 

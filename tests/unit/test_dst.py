@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from etcdsched.cronwall import FoldPolicy, GapPolicy
-from etcdsched.triggers import (
+from etcdsched.model.cronwall import FoldPolicy, GapPolicy
+from etcdsched.model.triggers import (
     CronTrigger,
     DstPolicy,
     count_slots_between,

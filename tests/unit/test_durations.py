@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from etcdsched.durations import format_duration, parse_duration
+from etcdsched.model.durations import format_duration, parse_duration
 
 
 @pytest.mark.parametrize(

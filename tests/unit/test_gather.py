@@ -5,16 +5,17 @@ from __future__ import annotations
 import asyncio
 from typing import cast
 
-from etcdsched.clock import FakeClock
 from etcdsched.config import Config
-from etcdsched.executor import NoopExecutor
-from etcdsched.gather import GatherWindow
-from etcdsched.keys import Keys
-from etcdsched.logstore import LogStore
-from etcdsched.models import Assignment
-from etcdsched.spec import Resources
-from etcdsched.store import Store, StoreStats
-from etcdsched.worker import Running, WorkerService
+from etcdsched.logs.store import LogStore
+from etcdsched.model.records import Assignment
+from etcdsched.model.spec import Resources
+from etcdsched.runtime.clock import FakeClock
+from etcdsched.store.keys import Keys
+from etcdsched.store.kv import Store, StoreStats
+from etcdsched.worker.executor import NoopExecutor
+from etcdsched.worker.gather import GatherWindow
+from etcdsched.worker.running import Running
+from etcdsched.worker.service import WorkerService
 
 
 async def _settle() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from etcdsched.interrupts import Interrupt, first_of, wait_or_interrupt
+from etcdsched.worker.interrupts import Interrupt, first_of, wait_or_interrupt
 
 
 async def test_a_wait_on_several_flags_ends_with_whichever_is_set_first() -> None:

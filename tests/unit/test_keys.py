@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from etcdsched.keys import KeyError_, Keys, parse_run_id, partition_of, run_id, run_seq
+from etcdsched.store.keys import KeyError_, Keys, parse_run_id, partition_of, run_id, run_seq
 
 K = Keys("/p/")
 RID = run_id("nightly.backup", run_seq(1_767_225_600_000))

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from etcdsched.errors import InvalidInput, NotFound
-from etcdsched.logstore import READ_LIMIT, DirLogStore, Poll
+from etcdsched.logs.store import READ_LIMIT, DirLogStore, Poll
+from etcdsched.model.errors import InvalidInput, NotFound
 
 RUN = "job-1@01767225600000"
 

@@ -7,16 +7,16 @@ from __future__ import annotations
 
 from typing import cast
 
-from etcdsched.assigner import Assigner
-from etcdsched.cache import PrefixCache
-from etcdsched.clock import FakeClock
-from etcdsched.codec import encode
-from etcdsched.keys import Keys
-from etcdsched.models import QueueEntry, RunRecord
-from etcdsched.ownership import Ownership
-from etcdsched.placement_loop import GATHER_S, gather_wait_s
-from etcdsched.placer import FIRED_MEMO, PartitionPlacer
-from etcdsched.store import KV, Event, Store, Versioned
+from etcdsched.model.codec import encode
+from etcdsched.model.records import QueueEntry, RunRecord
+from etcdsched.runtime.clock import FakeClock
+from etcdsched.scheduler.assigner import Assigner
+from etcdsched.scheduler.ownership import Ownership
+from etcdsched.scheduler.placement_loop import GATHER_S, gather_wait_s
+from etcdsched.scheduler.placer import FIRED_MEMO, PartitionPlacer
+from etcdsched.store.cache import PrefixCache
+from etcdsched.store.keys import Keys
+from etcdsched.store.kv import KV, Event, Store, Versioned
 
 K = Keys("/t/")
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from etcdsched.codec import decode, encode
-from etcdsched.models import DueEntry, RunRecord
-from etcdsched.runs import RunOrigin, new_run
-from etcdsched.spec import JobSpec
+from etcdsched.model.codec import decode, encode
+from etcdsched.model.records import DueEntry, RunRecord
+from etcdsched.model.spec import JobSpec
+from etcdsched.store.runs import RunOrigin, new_run
 
 SPECS: list[dict[str, Any]] = [
     {"trigger": {"kind": "now"}, "execution": {"argv": ["true"]}},

@@ -1,6 +1,6 @@
 """Starters open a prepared job's gate at its instant (ADR 0008).
 
-The gate here is a real :class:`~etcdsched.executor.Prepared` around a pipe
+The gate here is a real :class:`~etcdsched.worker.executor.Prepared` around a pipe
 and no process: what the read end holds says whether the job would have run
 (``b"go\\n"``), was let go without running (end-of-file) or still waits.
 """
@@ -15,10 +15,10 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from etcdsched.clock import FakeClock
-from etcdsched.executor import Prepared
-from etcdsched.process_group import ExitStatus
-from etcdsched.starter import LoopStarter, StartTicket, ThreadStarter
+from etcdsched.runtime.clock import FakeClock
+from etcdsched.worker.executor import Prepared
+from etcdsched.worker.process_group import ExitStatus
+from etcdsched.worker.starter import LoopStarter, StartTicket, ThreadStarter
 
 START_MS = 1_767_225_600_000
 SETTLE = 5.0  # generous bound for "it happens"; never a timing claim

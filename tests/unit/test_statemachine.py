@@ -6,17 +6,17 @@ from datetime import timedelta
 
 import pytest
 
-from etcdsched.errors import InvalidTransition
-from etcdsched.models import RunRecord, assign_attempt, finish_attempt, start_attempt
-from etcdsched.spec import JobSpec, RetryPolicy
-from etcdsched.statemachine import (
-    ACTIVE,
-    TERMINAL,
-    TRANSITIONS,
-    RunState,
+from etcdsched.model.errors import InvalidTransition
+from etcdsched.model.records import RunRecord
+from etcdsched.model.spec import JobSpec, RetryPolicy
+from etcdsched.model.statemachine import (
+    assign_attempt,
     backoff_ms,
+    finish_attempt,
+    start_attempt,
     transition,
 )
+from etcdsched.model.states import ACTIVE, TERMINAL, TRANSITIONS, RunState
 
 NOW = 1_767_225_600_000
 

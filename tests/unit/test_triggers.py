@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from etcdsched.triggers import (
+from etcdsched.model.triggers import (
     TRIGGER_ADAPTER,
     AtTrigger,
     CronTrigger,

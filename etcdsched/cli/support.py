@@ -1,0 +1,200 @@
+"""Helpers of the CLI: where the API and token come from, building a job
+spec from flags, and printing tables."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+from pydantic import BaseModel
+
+from etcdsched.client import DEFAULT_URL
+from etcdsched.model.cronwall import ms_to_utc
+from etcdsched.model.records import JobRecord, RunRecord, SkipRecord
+from etcdsched.model.triggers import describe
+
+LOCAL_TOKEN = Path(".etcdsched") / "admin.token"
+
+
+def config_file() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "etcdsched" / "config.yaml"
+
+
+def _file_settings() -> dict[str, str]:
+    path = config_file()
+    if not path.is_file():
+        return {}
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise click.ClickException(f"{path} must be a mapping with 'url' and 'token'")
+    return {str(k): str(v) for k, v in data.items() if v is not None}
+
+
+def resolve_connection(url: str | None, token: str | None) -> tuple[str, str | None]:
+    """Flags (and their ``ETCDSCHED_URL``/``ETCDSCHED_TOKEN`` twins) first,
+    then ``./.etcdsched/admin.token`` (left by ``etcdsched up``), then
+    ``~/.config/etcdsched/config.yaml``."""
+    settings = _file_settings() if not (url and token) else {}
+    if token is None and LOCAL_TOKEN.is_file():
+        token = LOCAL_TOKEN.read_text().strip() or None
+    return url or settings.get("url", DEFAULT_URL), token or settings.get("token")
+
+
+# -- job specs from flags ----------------------------------------------------
+def load_job_file(text: str) -> tuple[str | None, dict[str, Any]]:
+    """A YAML/JSON job file: ``{id?, spec}`` or a bare spec."""
+    data = yaml.safe_load(text)
+    if not isinstance(data, dict):
+        raise click.BadParameter("the job file must hold a mapping", param_hint="--file")
+    if "spec" in data:
+        extra = set(data) - {"id", "spec"}
+        if extra:
+            raise click.BadParameter(f"unknown keys {sorted(extra)}", param_hint="--file")
+        return data.get("id"), dict(data["spec"])
+    return None, data
+
+
+def trigger_from_flags(
+    cron: str | None, tz: str | None, every: str | None, at: str | None, now: bool
+) -> dict[str, Any] | None:
+    chosen = [name for name, value in (("cron", cron), ("every", every), ("at", at)) if value]
+    chosen += ["now"] if now else []
+    if len(chosen) > 1:
+        raise click.UsageError(f"choose one of --cron, --every, --at, --now (got {chosen})")
+    if cron:
+        return {"kind": "cron", "expr": cron, "tz": tz or "UTC"}
+    if tz:
+        raise click.UsageError("--tz goes with --cron")
+    if every:
+        return {"kind": "interval", "every": every}
+    if at:
+        return {"kind": "at", "at": at}
+    return {"kind": "now"} if now else None
+
+
+def apply_flags(spec: dict[str, Any], flags: dict[str, Any]) -> dict[str, Any]:
+    """Flags given on the command line override the file."""
+    if flags["trigger"] is not None:
+        spec["trigger"] = flags["trigger"]
+    if flags["command"]:
+        spec["execution"] = {"argv": list(flags["command"]), "shell": flags["shell"]}
+    for name in ("timeout", "tenant", "description"):
+        if flags[name] is not None:
+            spec[name] = flags[name]
+    if flags["retries"] is not None:
+        spec["retry"] = {**spec.get("retry", {}), "max_attempts": flags["retries"] + 1}
+    if flags["labels"]:
+        spec["labels"] = {**spec.get("labels", {}), **parse_pairs(flags["labels"], "--label")}
+    return spec
+
+
+def parse_pairs(values: Iterable[str], hint: str) -> dict[str, str]:
+    pairs = {}
+    for value in values:
+        key, sep, val = value.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{value!r} is not key=value", param_hint=hint)
+        pairs[key] = val
+    return pairs
+
+
+# -- output ------------------------------------------------------------------
+def when(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    return ms_to_utc(ms).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    """Plain aligned columns."""
+    cells = [list(headers), *([str(c) for c in row] for row in rows)]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in cells
+    )
+
+
+def fields(pairs: Sequence[tuple[str, object]]) -> str:
+    width = max(len(name) for name, _ in pairs)
+    return "\n".join(f"{name + ':':<{width + 1}} {value}" for name, value in pairs)
+
+
+def emit(output: str, model: BaseModel, human: str) -> None:
+    click.echo(model.model_dump_json(indent=2) if output == "json" else human)
+
+
+def job_rows(jobs: Iterable[JobRecord]) -> str:
+    rows = (
+        (
+            job.id,
+            job.spec.tenant,
+            job.state,
+            describe(job.spec.trigger),
+            ",".join(f"{k}={v}" for k, v in job.spec.labels.items()) or "-",
+        )
+        for job in jobs
+    )
+    return table(("ID", "TENANT", "STATE", "TRIGGER", "LABELS"), rows)
+
+
+def job_fields(job: JobRecord, next_slot_ms: int | None = None) -> str:
+    execution = job.spec.execution
+    what = " ".join(execution.argv) if execution.kind == "command" else execution.image
+    return fields(
+        [
+            ("id", job.id),
+            ("tenant", job.spec.tenant),
+            ("state", job.state),
+            ("version", job.version),
+            ("trigger", describe(job.spec.trigger)),
+            ("runs", what),
+            ("next slot", when(next_slot_ms)),
+            ("created", when(job.created_ms)),
+        ]
+    )
+
+
+def run_rows(runs: Iterable[RunRecord]) -> str:
+    rows = (
+        (r.id, r.state, when(r.slot_ms), r.attempt, r.worker or "-", r.reason or "-") for r in runs
+    )
+    return table(("RUN", "STATE", "SLOT", "ATTEMPT", "WORKER", "REASON"), rows)
+
+
+def run_fields(run: RunRecord, pending_reason: str | None = None) -> str:
+    head = fields(
+        [
+            ("run", run.id),
+            ("job", run.job_id),
+            ("state", run.state + (" (cancel requested)" if run.cancel_requested else "")),
+            ("kind", run.kind),
+            ("slot", when(run.slot_ms)),
+            ("attempt", run.attempt),
+            ("fired", run.fired_note or "-"),
+            ("reason", run.reason or "-"),
+            ("waiting", pending_reason or "-"),
+        ]
+    )
+    if not run.attempts:
+        return head
+    rows = (
+        (a.number, a.worker, a.state, when(a.started_ms), when(a.ended_ms), _or_dash(a.exit_code))
+        for a in run.attempts
+    )
+    attempts = table(("#", "WORKER", "STATE", "STARTED", "ENDED", "EXIT"), rows)
+    return f"{head}\n\n{attempts}"
+
+
+def _or_dash(value: object) -> object:
+    return "-" if value is None else value
+
+
+def skip_rows(skips: Iterable[SkipRecord]) -> str:
+    rows = ((when(s.first_slot_ms), when(s.last_slot_ms), s.count, s.reason) for s in skips)
+    return table(("FIRST", "LAST", "COUNT", "REASON"), rows)

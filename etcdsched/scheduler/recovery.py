@@ -1,0 +1,118 @@
+"""Recovery for one owned partition.
+
+Recovery walks the partition's active pointers (never the run history): an
+attempt on a worker whose lease expired is ``lost`` (compare: its claim is
+absent, so a live worker's claim always wins), and a running attempt past
+timeout + grace whose worker still holds the claim is hung: the claim is
+deleted (the worker kills the process) and the attempt is ``timed_out``.
+Both end the attempt with the same operations as a worker's report, so the
+run's assignment goes too and the worker's capacity is free again.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from etcdsched.model.errors import NotFound
+from etcdsched.model.records import ActivePointer, RunRecord, WorkerMember
+from etcdsched.model.statemachine import finish_attempt
+from etcdsched.model.states import EXECUTING
+from etcdsched.runtime.metrics import LOST_RUNS
+from etcdsched.scheduler.ownership import Ownership
+from etcdsched.store.cache import PrefixCache
+from etcdsched.store.keys import Keys
+from etcdsched.store.kv import Cmp, Ops, Store, Versioned
+from etcdsched.store.runs import RunOps
+
+log = logging.getLogger(__name__)
+
+
+class PartitionRecovery:
+    def __init__(
+        self,
+        partition: int,
+        store: Store,
+        keys: Keys,
+        ownership: Ownership,
+        active: PrefixCache,
+        workers: PrefixCache,
+    ) -> None:
+        self.partition = partition
+        self.store = store
+        self.keys = keys
+        self.ownership = ownership
+        self.active = active
+        self.workers = workers
+        self.runs = RunOps(keys)
+        self.lost = 0
+
+    async def reconcile_once(self, now_ms: int) -> int:
+        """Fix active runs whose worker vanished or hung; requeue orphans."""
+        live = {kv.decode(WorkerMember).value.id for kv in self.workers.items.values()}
+        fixed = 0
+        for pointer in self.active.decoded(ActivePointer):
+            if pointer.worker is not None and pointer.worker not in live:
+                fixed += await self._mark_lost(pointer, now_ms)
+            elif pointer.deadline_ms is not None and now_ms > pointer.deadline_ms:
+                fixed += await self._mark_hung(pointer, now_ms)
+        self.lost += fixed
+        return fixed
+
+    async def _executing(self, pointer: ActivePointer) -> Versioned[RunRecord] | None:
+        try:
+            current = await self.runs.load(self.store, pointer.run_id)
+        except NotFound:
+            return None
+        run = current.value
+        if run.state not in EXECUTING or run.worker != pointer.worker:
+            return None
+        return current
+
+    async def _mark_lost(self, pointer: ActivePointer, now_ms: int) -> int:
+        """Compares: owner token, run unchanged, claim absent."""
+        current = await self._executing(pointer)
+        worker = pointer.worker or ""
+        if current is None or await self.store.get(self.keys.member("workers", worker)):
+            return 0
+        ended = finish_attempt(
+            current.value,
+            "lost",
+            now_ms,
+            reason=f"worker {worker} vanished (lease expired)",
+            next_slot_ms=await self.runs.next_slot(self.store, current.value),
+        )
+        claim = self.keys.claim(self.partition, ended.id)
+        result = await self.store.txn(
+            [
+                self.ownership.guard(self.partition),
+                Cmp.mod(current.key, current.mod_revision),
+                Cmp.absent(claim),
+            ],
+            self.runs.finish_ops(ended, worker, self.partition),
+        )
+        if result.succeeded:
+            LOST_RUNS.inc()
+            log.warning("run %s lost on worker %s -> %s", ended.id, worker, ended.state)
+        return int(result.succeeded)
+
+    async def _mark_hung(self, pointer: ActivePointer, now_ms: int) -> int:
+        """Compares: owner token, run unchanged. Deleting the claim makes the
+        worker kill the process; its late report then fails its claim compare."""
+        current = await self._executing(pointer)
+        if current is None:
+            return 0
+        ended = finish_attempt(
+            current.value,
+            "timed_out",
+            now_ms,
+            reason="hung: no report by timeout + grace",
+            next_slot_ms=await self.runs.next_slot(self.store, current.value),
+        )
+        result = await self.store.txn(
+            [self.ownership.guard(self.partition), Cmp.mod(current.key, current.mod_revision)],
+            [
+                Ops.delete(self.keys.claim(self.partition, ended.id)),
+                *self.runs.finish_ops(ended, pointer.worker or "", self.partition),
+            ],
+        )
+        return int(result.succeeded)

@@ -1,0 +1,365 @@
+"""Job lifecycle: create, read, update, pause, resume, delete (trigger and
+backfill are in ``etcdsched.store.job_runs``).
+
+Each operation is one transaction. The compares that recur:
+
+* ``mod(jobs/<job>) == seen``: nobody changed the job since we read it;
+* ``mod(nextdue/<job>) == seen``: no scheduler fired the job meanwhile, so the
+  due entry we replace is the current one;
+* ``absent(...)``: we create, never overwrite.
+
+A write whose outcome is unknown is resolved by re-reading the job. A write
+that failed only because a scheduler fired the job meanwhile (its due entry
+moved, the job itself is unchanged) is recomputed and tried again: the client
+raced no one, so that is no conflict for it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Literal, TypeVar
+
+from etcdsched.model.errors import Conflict, InvalidInput, NotFound, OutcomeUnknown
+from etcdsched.model.records import DueEntry, JobRecord, SkipRecord
+from etcdsched.model.spec import JobSpec
+from etcdsched.model.triggers import count_slots_between, next_slot, slots_between
+from etcdsched.runtime.clock import Clock
+from etcdsched.store.job_runs import ManualRuns, origin_of
+from etcdsched.store.keys import KeyError_, Keys, validate_job_id
+from etcdsched.store.kv import KV, Cmp, Compare, Op, Ops, Store, Versioned
+from etcdsched.store.runs import RunOps, new_run
+
+CatchUp = Literal["skip", "run_once"]
+T = TypeVar("T")
+DUE_RACE_ATTEMPTS = 5
+
+
+class _DueMoved(Exception):
+    """A lifecycle txn failed only because a scheduler fired the job (its due
+    entry moved) between our read and our write; the job is unchanged."""
+
+
+@dataclass(frozen=True)
+class JobState:
+    """A job with its current due pointer (if scheduled)."""
+
+    job: Versioned[JobRecord]
+    due: Versioned[DueEntry] | None
+
+
+def due_entry(
+    job: JobRecord, job_key_version: int, slot_ms: int, prev: DueEntry | None
+) -> DueEntry:
+    return DueEntry(
+        job_id=job.id,
+        slot_ms=slot_ms,
+        job_key_version=job_key_version,
+        job_version=job.version,
+        anchor_ms=job.anchor_ms,
+        spec=job.spec,
+        fired=prev.fired if prev else 0,
+        last_slot_ms=prev.last_slot_ms if prev else None,
+    )
+
+
+class JobService(ManualRuns):
+    def __init__(self, store: Store, keys: Keys, clock: Clock, partitions: int) -> None:
+        self.store = store
+        self.keys = keys
+        self.clock = clock
+        self.partitions = partitions
+        self.runs = RunOps(keys)
+
+    # -- reading -----------------------------------------------------------
+    async def load(self, job_id: str) -> JobState:
+        result = await self.store.txn(
+            [], [Ops.get(self.keys.job(job_id)), Ops.get(self.keys.due_pointer(job_id))]
+        )
+        jobs, dues = result.responses
+        if not jobs:
+            raise NotFound(f"job {job_id} not found", field="job_id")
+        due = dues[0].decode(DueEntry) if dues else None
+        return JobState(jobs[0].decode(JobRecord), due)
+
+    async def get(self, job_id: str) -> JobRecord:
+        return (await self.load(job_id)).job.value
+
+    async def list_jobs(
+        self, *, after: str | None = None, limit: int = 100
+    ) -> tuple[list[JobRecord], str | None]:
+        """One page of jobs in id order; the cursor is the last id returned."""
+        start = self.keys.job(after) + "\0" if after else self.keys.jobs_prefix()
+        end = self.keys.jobs_prefix()[:-1] + "0"
+        page = await self.store.range(start, end, limit=limit)
+        jobs = [kv.decode(JobRecord).value for kv in page.kvs]
+        return jobs, (jobs[-1].id if page.more and jobs else None)
+
+    async def next_slot_of(self, job_id: str) -> int | None:
+        state = await self.load(job_id)
+        return state.due.value.slot_ms if state.due else None
+
+    # -- creating ----------------------------------------------------------
+    async def create(
+        self, spec: JobSpec, job_id: str | None = None, idempotency_key: str | None = None
+    ) -> JobRecord:
+        """Create a job and its first due entry atomically. Compares: the job
+        key is absent, and so is the idempotency key if one was given."""
+        job_id = self._checked_id(job_id or f"job-{uuid.uuid4().hex[:12]}")
+        now = self.clock.now_ms()
+        job = JobRecord(id=job_id, spec=spec, created_ms=now, updated_ms=now, anchor_ms=now)
+        compares = [Cmp.absent(self.keys.job(job_id))]
+        ops = [Ops.put(self.keys.job(job_id), job), *self._schedule_ops(job, 1, None, now - 1)]
+        idem_key = self._idem_key(spec.tenant, idempotency_key)
+        if idem_key:
+            compares.append(Cmp.absent(idem_key))
+            ops.append(Ops.put(idem_key, job_id.encode()))
+        try:
+            result = await self.store.txn(compares, ops)
+        except OutcomeUnknown:
+            return await self._resolve_create(job, idem_key, maybe_ours=True)
+        if result.succeeded:
+            return job
+        return await self._resolve_create(job, idem_key, maybe_ours=False)
+
+    async def _resolve_create(
+        self, job: JobRecord, idem_key: str | None, maybe_ours: bool
+    ) -> JobRecord:
+        """After a failed or unknown create: ours if the idempotency key says
+        so, or, when the outcome is unknown, our own creation instant and
+        spec; else a conflict. A create that *failed* found the job already
+        there, so it is never ours: two creates of one spec within one
+        millisecond both succeeded when it was trusted then."""
+        if idem_key:
+            kv = await self.store.get(idem_key)
+            if kv is not None:
+                return await self.get(kv.value.decode())
+        existing = await self.store.get(self.keys.job(job.id))
+        if existing is None:
+            raise OutcomeUnknown(f"creating job {job.id}: outcome unknown, nothing stored")
+        record = existing.decode(JobRecord).value
+        if maybe_ours and record.created_ms == job.created_ms and record.spec == job.spec:
+            return record
+        raise Conflict(f"job {job.id} already exists", field="id")
+
+    def _idem_key(self, tenant: str, key: str | None) -> str | None:
+        if not key:
+            return None
+        if len(key) > 256:
+            raise InvalidInput(
+                "Idempotency-Key is longer than 256 characters", field="Idempotency-Key"
+            )
+        return self.keys.idempotency(tenant, hashlib.sha256(key.encode()).hexdigest())
+
+    @staticmethod
+    def _checked_id(job_id: str) -> str:
+        try:
+            return validate_job_id(job_id)
+        except KeyError_ as exc:
+            raise InvalidInput(str(exc), field="id") from None
+
+    def _schedule_ops(
+        self, job: JobRecord, key_version: int, prev: DueEntry | None, after_ms: int
+    ) -> list[Op]:
+        """Due entry + pointer for the job's first slot after ``after_ms``."""
+        if job.state == "paused":
+            return []
+        trigger = job.spec.trigger
+        if trigger.max_runs is not None and prev is not None and prev.fired >= trigger.max_runs:
+            return []
+        slot = next_slot(trigger, after_ms, job.anchor_ms)
+        if slot is None:
+            return []
+        entry = due_entry(job, key_version, slot, prev)
+        pp = self.partition(job.id)
+        return [
+            Ops.put(self.keys.due(pp, slot, job.id), entry),
+            Ops.put(self.keys.due_pointer(job.id), entry),
+        ]
+
+    def _unschedule_ops(self, state: JobState) -> tuple[list[Compare], list[Op]]:
+        """Compares and ops that remove the job's current due entry."""
+        if state.due is None:
+            return [Cmp.absent(self.keys.due_pointer(state.job.value.id))], []
+        entry = state.due.value
+        pp = self.partition(entry.job_id)
+        return [Cmp.mod(state.due.key, state.due.mod_revision)], [
+            Ops.delete(self.keys.due(pp, entry.slot_ms, entry.job_id)),
+            Ops.delete(state.due.key),
+        ]
+
+    async def _commit(
+        self, state: JobState, job: JobRecord, ops: list[Op], extra: list[Compare]
+    ) -> JobRecord:
+        """Write ``job`` if nobody changed it or its due entry since ``state``."""
+        compares = [Cmp.mod(state.job.key, state.job.mod_revision), *extra]
+        ops = [Ops.put(state.job.key, job), *ops]
+        try:
+            result = await self.store.txn(compares, ops, [Ops.get(state.job.key)])
+        except OutcomeUnknown:
+            current = await self.get(job.id)
+            if current.updated_ms == job.updated_ms and current.version == job.version:
+                return current
+            raise
+        if not result.succeeded:
+            raise self._failure(state, result.responses)
+        return job
+
+    @staticmethod
+    def _failure(state: JobState, responses: list[list[KV]]) -> Exception:
+        """Why a txn guarded by ``state`` failed, from the job key read in its
+        failure branch: the job is unchanged, so the due entry moved."""
+        job_now = responses[0] if responses else []
+        if job_now and job_now[0].mod_revision == state.job.mod_revision:
+            return _DueMoved()
+        return Conflict(f"job {state.job.value.id} changed concurrently; retry", field="job_id")
+
+    async def _retry_due_moved(self, job_id: str, attempt: Callable[[], Awaitable[T]]) -> T:
+        """Run ``attempt`` (read, decide, write) again while it fails only
+        because a scheduler fired the job between its read and its write."""
+        for _ in range(DUE_RACE_ATTEMPTS):
+            try:
+                return await attempt()
+            except _DueMoved:
+                continue
+        raise Conflict(f"job {job_id} keeps being fired under us; retry", field="job_id")
+
+    # -- changing ----------------------------------------------------------
+    async def replace(self, job_id: str, spec: JobSpec, if_version: int | None = None) -> JobRecord:
+        """New spec for future slots; active runs keep their snapshot."""
+        return await self._retry_due_moved(
+            job_id, lambda: self._replace_once(job_id, spec, if_version)
+        )
+
+    async def _replace_once(self, job_id: str, spec: JobSpec, if_version: int | None) -> JobRecord:
+        state = await self.load(job_id)
+        old = state.job.value
+        if if_version is not None and if_version != old.version:
+            raise Conflict(f"job {job_id} is at version {old.version}", field="version")
+        if spec.tenant != old.spec.tenant:
+            raise InvalidInput("a job cannot move to another tenant", field="tenant")
+        now = self.clock.now_ms()
+        job = old.model_copy(update={"spec": spec, "version": old.version + 1, "updated_ms": now})
+        compares, ops = self._reschedule_ops(state, job, now)
+        return await self._commit(state, job, ops, compares)
+
+    def _reschedule_ops(
+        self, state: JobState, job: JobRecord, now: int
+    ) -> tuple[list[Compare], list[Op]]:
+        """Move the due entry to the new spec's next slot.
+
+        * A paused job keeps its pointer untouched: it marks the paused slot,
+          from which resume accounts for every missed slot.
+        * The next slot is searched from the current due slot when that is
+          overdue (no scheduler fired it yet), so the overdue slots meet the
+          misfire policy instead of vanishing; never at or before the slot
+          fired last.
+        * etcd refuses a txn that deletes and puts the same key ("duplicate
+          key given in txn request"), and the pointer (often the due key too)
+          is rewritten: a delete of a key that is put again is dropped.
+        """
+        if job.state == "paused":
+            pointer = self.keys.due_pointer(job.id)
+            guard = Cmp.mod(pointer, state.due.mod_revision) if state.due else Cmp.absent(pointer)
+            return [guard], []
+        compares, removes = self._unschedule_ops(state)
+        prev = state.due.value if state.due else None
+        after = now - 1 if prev is None else min(now, prev.slot_ms) - 1
+        if prev is not None and prev.last_slot_ms is not None:
+            after = max(after, prev.last_slot_ms)
+        puts = self._schedule_ops(job, state.job.version + 1, prev, after)
+        put_keys = {op.key for op in puts}
+        return compares, [op for op in removes if op.key not in put_keys] + puts
+
+    async def pause(self, job_id: str) -> JobRecord:
+        """No new slots. The due entry leaves the index but its pointer stays,
+        marking the paused slot, so resume can account for every missed slot."""
+        return await self._retry_due_moved(job_id, lambda: self._pause_once(job_id))
+
+    async def _pause_once(self, job_id: str) -> JobRecord:
+        state = await self.load(job_id)
+        if state.job.value.state == "paused":
+            return state.job.value
+        now = self.clock.now_ms()
+        job = state.job.value.model_copy(
+            update={"state": "paused", "paused_ms": now, "updated_ms": now}
+        )
+        compares: list[Compare] = []
+        ops: list[Op] = []
+        if state.due is not None:
+            entry = state.due.value
+            compares.append(Cmp.mod(state.due.key, state.due.mod_revision))
+            ops.append(Ops.delete(self.keys.due(self.partition(job_id), entry.slot_ms, job_id)))
+        return await self._commit(state, job, ops, compares)
+
+    async def resume(self, job_id: str, catch_up: CatchUp = "skip") -> JobRecord:
+        """Schedule again from now. Slots missed while paused get one skip
+        record (reason ``paused``); with ``run_once`` the latest of them runs."""
+        return await self._retry_due_moved(job_id, lambda: self._resume_once(job_id, catch_up))
+
+    async def _resume_once(self, job_id: str, catch_up: CatchUp) -> JobRecord:
+        state = await self.load(job_id)
+        old = state.job.value
+        if old.state != "paused":
+            return old
+        now = self.clock.now_ms()
+        job = old.model_copy(update={"state": "active", "paused_ms": None, "updated_ms": now})
+        compares = [Cmp.mod(state.due.key, state.due.mod_revision)] if state.due else []
+        prev = state.due.value if state.due else None
+        ops = self._missed_while_paused(job, prev, now, catch_up)
+        ops += self._schedule_ops(job, state.job.version + 1, prev, now)
+        return await self._commit(state, job, ops, compares)
+
+    def _missed_while_paused(
+        self, job: JobRecord, prev: DueEntry | None, now: int, catch_up: CatchUp
+    ) -> list[Op]:
+        if prev is None or prev.slot_ms > now:
+            return []
+        trigger, anchor = job.spec.trigger, job.anchor_ms
+        count = count_slots_between(trigger, prev.slot_ms - 1, now, anchor, 10**9)
+        if count == 0:
+            return []
+        last = (
+            slots_between(trigger, prev.slot_ms - 1, now, anchor, count)[-1]
+            if count < 10_000
+            else now
+        )
+        ops: list[Op] = []
+        skipped_last, skipped_count = last, count
+        if catch_up == "run_once":
+            run = new_run(origin_of(job), last, now, self.partitions, coalesced=count - 1)
+            ops += self.runs.create(run)[2]  # (stored run, compares, ops)
+            skipped_count -= 1
+            skipped_last = last - 1
+        if skipped_count > 0:
+            record = SkipRecord(
+                job_id=job.id,
+                first_slot_ms=prev.slot_ms,
+                last_slot_ms=skipped_last,
+                count=skipped_count,
+                reason="paused",
+                created_ms=now,
+            )
+            ops.append(Ops.put(self.keys.skip(job.id, prev.slot_ms), record))
+        return ops
+
+    async def delete(self, job_id: str) -> list[str]:
+        """Remove the job and its due entry; history stays until retention.
+        Returns the ids of its active runs (the caller may cancel them)."""
+        await self._retry_due_moved(job_id, lambda: self._delete_once(job_id))
+        return await self.active_run_ids(job_id)
+
+    async def _delete_once(self, job_id: str) -> None:
+        """Compares: the job and its due entry are as read."""
+        state = await self.load(job_id)
+        compares, ops = self._unschedule_ops(state)
+        compares.append(Cmp.mod(state.job.key, state.job.mod_revision))
+        ops += [Ops.delete(state.job.key), Ops.delete(self.keys.due_pointer(job_id))]
+        result = await self.store.txn(compares, ops, [Ops.get(state.job.key)])
+        if not result.succeeded:
+            raise self._failure(state, result.responses)
+
+    async def record_kv(self, kv: KV) -> JobRecord:
+        return kv.decode(JobRecord).value

@@ -1,0 +1,387 @@
+"""One attempt on a worker: claim on arrival, start on its own timer,
+supervise, report.
+
+The claim is taken when the assignment arrives, ahead of the not-before
+instant (ADR 0007); half a second before the instant the job is prepared,
+forked behind its gate, and at the instant the worker's starter opens the
+gate (``etcdsched.worker.start``, ADR 0008). etcd is off the critical
+path: a burst of runs due at one instant costs a gate opening each, not a
+round trip each. The run says ``running`` right after the start.
+
+Transactions and their compares:
+
+* claim (on arrival) — *the run is unchanged since we read it as assigned
+  to us* (its ``mod_revision``) and *nobody holds a claim on it* (claim key
+  absent): puts the claim under our lease and the run's active pointer with
+  the hung-detection deadline. From here only our lease's expiry (which
+  self-fencing outruns) or a hung verdict can take the attempt from us.
+  An assignment with a claim hint is claimed *unread* first (ADR 0017):
+  the same puts, compared against the assignment's own ``mod_revision``
+  (the transaction that assigned the run wrote both), reading the run in
+  the same transaction; if refused, the run is read and claimed as above;
+* started (after the start) — *our claim is still there, byte for byte*
+  and *the run is unchanged*: the run becomes ``running`` with its start
+  time and pid. A refused write with our claim gone means the attempt was
+  taken back: the process is killed;
+* report — *our claim is still there, byte for byte* (same worker, attempt,
+  lease): a lost or hung attempt's claim was deleted, so its report fails;
+* hand back, cancelled before start — *the run is unchanged*; both delete
+  our claim with the assignment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
+
+from etcdsched.logs.store import LogWriter
+from etcdsched.model.codec import encode
+from etcdsched.model.errors import StoreUnavailable
+from etcdsched.model.records import ActivePointer, Claim, RunRecord, hang_budget_ms
+from etcdsched.model.statemachine import start_attempt
+from etcdsched.model.states import RunState
+from etcdsched.store.kv import Cmp, Compare, Op, Ops, TxnResult, Versioned
+from etcdsched.store.session import Session
+from etcdsched.worker.host import WorkerHost
+from etcdsched.worker.interrupts import wait_or_interrupt
+from etcdsched.worker.process_group import ExitStatus, Process
+from etcdsched.worker.report import AttemptEnding
+from etcdsched.worker.running import Running
+from etcdsched.worker.start import PRESTART_MS, InstantStart, until
+
+log = logging.getLogger(__name__)
+HUNG_SLACK_MS = 5000
+T = TypeVar("T")
+
+Outcome = tuple[str | None, int | None, str]
+"""(outcome, exit code, reason); outcome ``None`` = do not report."""
+
+
+class AttemptRunner(AttemptEnding):
+    def __init__(self, worker: WorkerHost, item: Running, session: Session) -> None:
+        self.w = worker
+        self.item = item
+        self.session = session
+        self.assignment = item.assignment
+        self.rid = item.assignment.run_id
+        self.claim_bytes = b""
+        self.claim_key = ""
+        self.known: Versioned[RunRecord] | None = None
+        """The run as we last wrote it, so the report need not read it first."""
+        self.unwritten_start: tuple[int, int | None] | None = None
+        """(started_ms, pid) of a job that had ended by the time ``running``
+        would have been written: the report then writes start and end in one
+        transaction (a no-op, or a job quicker than a write under load)."""
+
+    async def execute(self) -> None:
+        held = await self._claim_unread() or await self._claim_read()
+        if held is None:
+            return
+        # lazy (ADR 0019): the file is made at the job's first output, so a
+        # silent job costs no disk work, and none is done at the instant
+        try:
+            writer = self.w.logs.open_writer(self.rid, self.assignment.attempt, lazy=True)
+        except OSError as exc:  # a store that cannot even begin a log: the attempt fails, says why
+            log.exception("run %s: cannot open its log", self.rid)
+            if await self._mark_running(held, self.w.clock.now_ms(), None):
+                await self._report("failed", None, f"could not open its log: {exc}")
+            return
+        try:
+            if self.w.executor.holds_processes:  # else preparing is free: do it now
+                await until(self.w, self.item, self.assignment.not_before_ms - PRESTART_MS)
+            held = await self._settle(held, claimed=True)
+            if held is None:
+                return
+            outcome, exit_code, reason = await self._run_attempt(held, writer)
+        finally:
+            writer.close()
+        if outcome is None or self.session.lost:
+            return  # revoked or fenced: someone else decides this attempt
+        await self._report(outcome, exit_code, reason)
+
+    async def _claim_read(self) -> Versioned[RunRecord] | None:
+        """Read the run, then claim it (or end it unstarted): the path of an
+        assignment without a claim hint, or whose unread claim was refused."""
+        current = await self._assigned_run()
+        if current is None:
+            return None
+        return await self._settle(current, claimed=False)
+
+    async def _claim_unread(self) -> Versioned[RunRecord] | None:
+        """Claim on arrival without reading the run first (ADR 0017), and
+        read it in the same transaction. Compares: *the run's mod_revision
+        is the assignment's* (every writer of an assignment writes its run
+        in the same transaction, so the run is still as it was assigned to
+        us) and *no claim on it*. ``None``: not tried (no hint, or the
+        attempt was interrupted already) or refused; the caller reads and
+        decides as before."""
+        hint = self.assignment.claim_hint
+        if hint is None or self.item.interrupted():
+            return None
+        run_key = self.w.keys.run(self.rid)
+        result = await self._send_claim(
+            Cmp.mod(run_key, self.item.assigned_revision),
+            hint.partition,
+            hint.hang_budget_ms,
+            also=[Ops.get(run_key)],
+        )
+        if result is None:  # outcome unknown: if our claim landed, the run is ours
+            return await self._read_run() if await self._claim_landed() else None
+        if not result.succeeded:
+            self.claim_key = ""
+            return None
+        held = result.responses[-1][0].decode(RunRecord)  # it exists: its revision matched
+        if not self._assigned_to_us(held.value):  # cannot happen, by the compare
+            log.error("run %s: claimed unread, but not assigned to us: %s", self.rid, held.value)
+            await self._try([self._our_claim_stands()], [Ops.delete(self.claim_key)])
+            self.claim_key = ""
+            return None
+        return held
+
+    async def _settle(
+        self, current: Versioned[RunRecord], claimed: bool
+    ) -> Versioned[RunRecord] | None:
+        """Go on with the attempt (claiming it first unless ``claimed``), or
+        end it unstarted (revoked, cancel, shutdown); ``None`` = ended. A
+        failed compare means the run changed under us (e.g. a cancel
+        landed): re-read and decide again rather than walk away from an
+        assigned run: nobody else would ever end it (recovery leaves a live
+        worker's runs alone). Only the loss of our session (``_read_run``
+        raises) stops trying."""
+        tries = 0
+        while True:
+            if tries:
+                await self.w.clock.sleep(min(2.0, 0.05 * 2 ** min(tries, 6)))
+                reread = await self._assigned_run()
+                if reread is None:
+                    return None  # no longer assigned to us for this attempt
+                current = reread
+            tries += 1
+            if self.item.revoked.is_set():
+                return None
+            if self.item.shutdown.is_set():
+                if await self._hand_back(current):
+                    return None
+                continue
+            if self.item.cancel.is_set() or current.value.cancel_requested:
+                if await self._report_unstarted(current):
+                    return None
+                continue
+            if claimed or await self._claim(current):
+                return current
+
+    async def _read_run(self) -> Versioned[RunRecord]:
+        """Read the run; see :meth:`_while_session_holds`."""
+        return await self._while_session_holds(lambda: self.w.runs.load(self.w.store, self.rid))
+
+    async def _while_session_holds(self, read: Callable[[], Awaitable[T]]) -> T:
+        """``read()``, retried while etcd is unavailable and our session
+        holds: giving up would strand an assigned or running run on a live
+        worker, where recovery never looks."""
+        delay = 0.1
+        while True:
+            self.session.check()
+            try:
+                return await read()
+            except StoreUnavailable:
+                await self.w.clock.sleep(delay)
+                delay = min(2.0, delay * 2)
+
+    async def _assigned_run(self) -> Versioned[RunRecord] | None:
+        current = await self._read_run()
+        return current if self._assigned_to_us(current.value) else None
+
+    def _assigned_to_us(self, run: RunRecord) -> bool:
+        return (
+            run.state is RunState.ASSIGNED
+            and run.worker == self.w.member_id
+            and run.attempt == self.assignment.attempt
+        )
+
+    async def _claim(self, current: Versioned[RunRecord]) -> bool:
+        """Take the attempt: claim key under our lease (compares: run
+        unchanged, no claim on it). The run itself is not written: it stays
+        ``assigned`` until the process has started. The active pointer is
+        rewritten only to add the hang deadline of a job with a timeout:
+        every other write of a pointer also writes its run, so a run
+        unchanged since it was placed on us still has the placement's
+        pointer, which already names this worker and attempt (one put and
+        one watch event per run fewer)."""
+        run = current.value
+        result = await self._send_claim(
+            Cmp.mod(current.key, current.mod_revision), run.partition, hang_budget_ms(run.spec)
+        )
+        if result is None:  # outcome unknown: did our claim land?
+            return await self._claim_landed()
+        # Refused: an earlier claim of ours whose outcome was unknown may have
+        # landed after we looked; the claim there is ours, and so is the attempt.
+        return result.succeeded or self._claim_is_ours(result)
+
+    async def _send_claim(
+        self,
+        run_unchanged: Compare,
+        partition: int,
+        budget_ms: int | None,
+        also: Sequence[Op] = (),
+    ) -> TxnResult | None:
+        """The claim transaction. Compares: ``run_unchanged`` and *no claim
+        on the run*. Ops: the claim under our lease, the active pointer with
+        its hang deadline if the run has a timeout (``budget_ms``), then
+        ``also``; refused, it reads the claim key back. Sets ``claim_key``
+        and ``claim_bytes``. ``None``: etcd was unavailable, the outcome is
+        unknown."""
+        self.session.check()
+        lease, attempt = self.session.lease_id, self.assignment.attempt
+        claim = Claim(run_id=self.rid, worker=self.w.member_id, attempt=attempt, lease=lease)
+        self.claim_key = self.w.keys.claim(partition, self.rid)
+        self.claim_bytes = encode(claim)
+        ops = [Ops.put(self.claim_key, self.claim_bytes, lease=lease)]
+        if budget_ms is not None:
+            begins = max(self.w.clock.now_ms(), self.assignment.not_before_ms)
+            pointer = ActivePointer(
+                run_id=self.rid,
+                worker=self.w.member_id,
+                attempt=attempt,
+                deadline_ms=begins + budget_ms + HUNG_SLACK_MS,
+            )
+            ops.append(Ops.put(self.w.keys.active(partition, self.rid), pointer))
+        compares = [run_unchanged, Cmp.absent(self.claim_key)]
+        try:
+            return await self.w.store.txn(compares, [*ops, *also], [Ops.get(self.claim_key)])
+        except StoreUnavailable:
+            return None
+
+    async def _claim_landed(self) -> bool:
+        return self._is_our_claim(
+            await self._while_session_holds(lambda: self.w.store.get(self.claim_key))
+        )
+
+    async def _run_attempt(self, held: Versioned[RunRecord], writer: LogWriter) -> Outcome:
+        """Prepare the process, have it started at the instant, say so, and
+        wait for whichever comes first: exit, timeout, cancel, revoke, shutdown."""
+        run = held.value
+        starting = InstantStart(self.w, self.item, self.session)
+        await starting.make_room()  # raises, room left, if the session is lost
+        try:
+            prepared = await starting.prepare(run, writer)
+        except Exception as exc:  # e.g. fork failed
+            return await self._start_failed(held, exc)
+        process = self.item.process = prepared.process
+        try:
+            try:
+                started_ms = await starting.started_ms(prepared)
+            except OSError as exc:  # the gate died shut (the watchdog killed it)
+                return await self._start_failed(held, exc)
+            if started_ms is None:
+                return await self._not_started(held, process)
+            self.item.started = True
+            self.w.observe_start(started_ms - self.assignment.not_before_ms)
+            await asyncio.sleep(0)  # every run due at this instant starts before any says so
+            status = process.ended()
+            if status is not None:  # it ended already: one write will say both
+                self.unwritten_start = (started_ms, process.pid)
+                self.known = held
+                return _exit_outcome(status)
+            if not await self._mark_running(held, started_ms, process.pid):
+                await process.stop(0)  # the attempt was taken back
+                return None, None, ""
+            return await self._wait_outcome(run, process)
+        finally:
+            if process.pgid is not None:
+                self.w.watchdog.remove(process.pgid)
+
+    async def _start_failed(self, held: Versioned[RunRecord], exc: Exception) -> Outcome:
+        """The job could not be started: the attempt failed, and says why."""
+        log.error("run %s: could not start: %s", self.rid, exc, exc_info=exc)
+        if not await self._mark_running(held, self.w.clock.now_ms(), None):
+            return None, None, ""
+        return "failed", None, f"could not start: {exc}"
+
+    async def _not_started(self, held: Versioned[RunRecord], process: Process) -> Outcome:
+        """The job was aborted at its gate: end the attempt as if it had
+        never been prepared (revoked: leave it; shutdown: hand back; cancel:
+        report it cancelled), or, the session being lost, raise."""
+        await process.wait()  # the gate exits at once, the job never ran
+        self.session.check()  # a fenced worker writes nothing
+        if await self._settle(held, claimed=True) is not None:
+            self.session.check()
+        return None, None, ""
+
+    async def _mark_running(
+        self, held: Versioned[RunRecord], started_ms: int, pid: int | None
+    ) -> bool:
+        """assigned -> running (compares: our claim, byte for byte; the run
+        unchanged). False when the claim is gone or the run is no longer
+        ours to start (e.g. recovery ended it)."""
+        current = held
+        while True:
+            running = start_attempt(current.value, started_ms, pid=pid)
+            try:
+                result = await self.w.store.txn(
+                    [self._our_claim_stands(), Cmp.mod(current.key, current.mod_revision)],
+                    [Ops.put(current.key, running)],
+                    [Ops.get(self.claim_key)],
+                )
+            except StoreUnavailable:
+                result = None  # outcome unknown: the re-read below tells
+            if result is not None:
+                if result.succeeded:
+                    self.known = dataclasses.replace(
+                        current, value=running, mod_revision=result.revision
+                    )
+                    return True
+                if not self._claim_is_ours(result):
+                    return False
+            await self.w.clock.sleep(0.05 if result is not None else 0.2)
+            current = await self._read_run()
+            run = current.value
+            if run.worker != self.w.member_id or run.attempt != self.assignment.attempt:
+                return False
+            if run.state is RunState.RUNNING:
+                self.known = current
+                return True  # our write landed after all
+            if run.state is not RunState.ASSIGNED:
+                return False
+            if run.cancel_requested:
+                self.item.cancel.set()  # stop it at once, report cancelled
+
+    async def _wait_outcome(self, run: RunRecord, proc: Process) -> Outcome:
+        timeout = run.spec.timeout.total_seconds() if run.spec.timeout else None
+        grace = run.spec.kill_grace.total_seconds()
+        exit_task = asyncio.create_task(proc.wait())
+        signals = {
+            "cancelled": self.item.cancel,
+            "revoked": self.item.revoked,
+            "shutdown": self.item.shutdown,
+        }
+        try:
+            await wait_or_interrupt(exit_task, *signals.values(), timeout=timeout)
+            if exit_task.done():
+                return _exit_outcome(exit_task.result())
+            fired = next((name for name, flag in signals.items() if flag.is_set()), "timed_out")
+            await proc.stop(0 if fired == "revoked" else grace)
+            return _interrupt_outcome(fired, timeout)
+        finally:
+            exit_task.cancel()
+            await asyncio.gather(exit_task, return_exceptions=True)
+
+
+def _exit_outcome(status: ExitStatus) -> tuple[str, int | None, str]:
+    if status.exit_code == 0:
+        return "succeeded", 0, ""
+    if status.exit_code is not None:
+        return "failed", status.exit_code, f"exit code {status.exit_code}"
+    return "failed", None, f"killed by signal {status.signal}"
+
+
+def _interrupt_outcome(fired: str, timeout: float | None) -> Outcome:
+    if fired == "revoked":
+        return None, None, ""
+    if fired == "shutdown":
+        return "lost", None, "worker shut down before the attempt finished"
+    if fired == "cancelled":
+        return "cancelled", None, "cancelled by request"
+    return "timed_out", None, f"ran past its timeout of {timeout:g}s"

@@ -1,0 +1,225 @@
+"""Preparing and starting a job's process (DESIGN §7).
+
+A job starts behind a *gate* (:data:`GATE`): it is forked first, its
+process group is told to the watchdog, and only when the gate opens does
+it ``exec`` the job — at once (:meth:`StartsAtOnce.start`) or at its
+instant (ADR 0008). What happens to the process group after that (waiting,
+stopping, output) is :mod:`etcdsched.worker.process_group`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shlex
+import shutil
+import subprocess
+from collections.abc import Callable
+from typing import Protocol
+
+from etcdsched.logs.store import LogWriter
+from etcdsched.model.records import RunRecord
+from etcdsched.model.spec import ContainerExecution
+from etcdsched.worker.job_commands import command_argv, container_command, job_environment
+from etcdsched.worker.process_group import EndedProcess, ExitStatus, GroupProcess, Process
+
+logger = logging.getLogger(__name__)
+
+EXIT_NOT_FOUND = 127
+EXIT_NOT_EXECUTABLE = 126
+
+
+class Prepared:
+    """A job made ready ahead of its instant: its process exists behind a
+    gate (see :meth:`ProcessExecutor.prepare`) and runs nothing until
+    :meth:`open`. :meth:`abort` instead makes it exit (status 125) without
+    running the job. The caller calls exactly one of them, once; the gate
+    write end is closed either way. A job with nothing to open (a no-op, a
+    program that cannot be started) has ``gate_fd`` None."""
+
+    def __init__(self, process: Process, gate_fd: int | None = None) -> None:
+        self.process = process
+        self.gate_fd = gate_fd
+
+    @property
+    def holds_process(self) -> bool:
+        """A process is waiting at the gate (it costs a process until opened)."""
+        return self.gate_fd is not None
+
+    def open(self) -> None:
+        """Let the job run. One pipe write: safe from any thread."""
+        fd, self.gate_fd = self.gate_fd, None
+        if fd is not None:
+            try:
+                os.write(fd, b"go\n")
+            finally:
+                os.close(fd)
+
+    def abort(self) -> None:
+        """The gate reads end-of-file and exits without running the job."""
+        fd, self.gate_fd = self.gate_fd, None
+        if fd is not None:
+            os.close(fd)
+
+
+class Executor(Protocol):
+    """Prepares the process of one attempt of a run, its output going to ``log``."""
+
+    holds_processes: bool
+    """Whether a prepared job holds a process until it is opened. One that
+    does not costs nothing to hold, so the worker prepares it as soon as
+    it is claimed instead of shortly before its instant."""
+
+    async def prepare(
+        self,
+        run: RunRecord,
+        attempt: int,
+        worker_id: str,
+        log: LogWriter,
+        guard: Callable[[int], None] | None = None,
+    ) -> Prepared:
+        """Make the job ready to start: ``guard`` (the watchdog) learns its
+        process group before this returns; the job runs on ``open()``."""
+        ...
+
+
+class StartsAtOnce:
+    """``start`` = ``prepare`` then ``open`` (for callers with no instant to wait for)."""
+
+    holds_processes = True
+
+    async def start(
+        self: Executor,
+        run: RunRecord,
+        attempt: int,
+        worker_id: str,
+        log: LogWriter,
+        guard: Callable[[int], None] | None = None,
+    ) -> Process:
+        prepared = await self.prepare(run, attempt, worker_id, log, guard)
+        prepared.open()
+        return prepared.process
+
+
+class ProcessExecutor(StartsAtOnce):
+    """Runs commands (and containers, through the docker or podman CLI) as
+    local processes in their own session."""
+
+    async def prepare(
+        self,
+        run: RunRecord,
+        attempt: int,
+        worker_id: str,
+        log: LogWriter,
+        guard: Callable[[int], None] | None = None,
+    ) -> Prepared:
+        env = job_environment(run, attempt, worker_id)
+        execution = run.spec.execution
+        grace = run.spec.kill_grace.total_seconds()
+        if isinstance(execution, ContainerExecution):
+            argv, name = container_command(execution, run, attempt, worker_id)
+            cleanup = [argv[0], "rm", "-f", name]
+            return await self._spawn(argv, env, None, log, grace, guard, cleanup)
+        return await self._spawn(command_argv(execution), env, execution.cwd, log, grace, guard)
+
+    async def _spawn(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: str | None,
+        log: LogWriter,
+        grace: float,
+        guard: Callable[[int], None] | None,
+        runtime_cleanup: list[str] | None = None,
+    ) -> Prepared:
+        """Spawn the job behind a gate: a shell that waits for one line on
+        its stdin before it execs the job. ``guard`` (the watchdog) learns
+        the process group before the gate can open. An agent killed before
+        the gate opened leaves a gate that reads end-of-file and exits
+        without running the job, instead of a job nobody guards (found by
+        the 30-minute fault run: a kill -9 landed between fork and guard and
+        the job outlived its lost attempt's rerun). The gate also lets the
+        fork happen ahead of the job's instant (ADR 0008)."""
+        missing = _not_executable(argv[0], env, cwd)
+        if missing is not None:
+            return Prepared(_failed_start(argv, cwd, missing, log))
+        gate_read, gate_write = os.pipe()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *GATE,
+                *argv,
+                stdin=gate_read,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+                cwd=cwd,
+                start_new_session=True,
+            )
+        except OSError as error:
+            os.close(gate_write)
+            return Prepared(_failed_start(argv, cwd, error, log))
+        except BaseException:  # e.g. cancelled mid-spawn: asyncio kills the child
+            os.close(gate_write)
+            raise
+        finally:
+            os.close(gate_read)
+        prepared = Prepared(GroupProcess(proc, log, grace, runtime_cleanup), gate_write)
+        try:
+            if guard is not None:
+                guard(proc.pid)
+        except BaseException:
+            prepared.abort()
+            raise
+        return prepared
+
+
+GATE = ["/bin/sh", "-c", 'read -r _ || exit 125; exec </dev/null; exec "$@"', "etcdsched-gate"]
+"""Waits for the worker's go (its stdin), gives the job /dev/null as stdin."""
+
+
+def _not_executable(program: str, env: dict[str, str], cwd: str | None) -> OSError | None:
+    """The error exec would give, checked before the gate hides it."""
+    if "/" in program:
+        program = os.path.join(cwd or "", program)
+        if not os.path.exists(program):
+            return FileNotFoundError(2, "No such file or directory", program)
+        if not os.access(program, os.X_OK) or os.path.isdir(program):
+            return PermissionError(13, "Permission denied", program)
+        return None
+    if shutil.which(program, path=env.get("PATH", os.defpath)) is None:
+        return FileNotFoundError(2, "No such file or directory", program)
+    return None
+
+
+def _failed_start(argv: list[str], cwd: str | None, error: OSError, log: LogWriter) -> Process:
+    """A program that cannot be started is the job's failure, not the
+    worker's: it ends like a shell would report it (127, or 126)."""
+    code = EXIT_NOT_EXECUTABLE if isinstance(error, PermissionError) else EXIT_NOT_FOUND
+    where = f" in {cwd}" if cwd else ""
+    reason = error.strerror or str(error)
+    message = f"etcdsched: cannot start {shlex.join(argv)}{where}: {reason}"
+    logger.info("%s", message)
+    try:
+        log.write(f"{message}\n".encode())
+    except (OSError, ValueError) as log_error:
+        logger.warning("cannot write the log: %s", log_error)
+    return EndedProcess(ExitStatus(code, None))
+
+
+class NoopExecutor(StartsAtOnce):
+    """For benchmarks only: "starts" a job instantly, runs nothing, and
+    reports exit code 0. No process, so ``pid``/``pgid`` are None and the
+    watchdog has nothing to guard. Never use it to run real jobs."""
+
+    holds_processes = False
+
+    async def prepare(
+        self,
+        run: RunRecord,
+        attempt: int,
+        worker_id: str,
+        log: LogWriter,
+        guard: Callable[[int], None] | None = None,
+    ) -> Prepared:
+        return Prepared(EndedProcess(ExitStatus(0, None)))

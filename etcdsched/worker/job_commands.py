@@ -1,0 +1,85 @@
+"""What a job is started as: its environment (the worker's, the job's own,
+then the ``ETCDSCHED_*`` run identity) and its argv (a command, a shell
+script, or a container runtime's ``run``)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+from datetime import UTC, datetime, timedelta
+
+from etcdsched.model.errors import InvalidInput
+from etcdsched.model.records import RunRecord
+from etcdsched.model.spec import CommandExecution, ContainerExecution
+
+ENV_PREFIX = "ETCDSCHED_"
+_CONTAINER_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def job_environment(run: RunRecord, attempt: int, worker_id: str) -> dict[str, str]:
+    """The worker's environment, then the job's own ``env``, then the
+    ``ETCDSCHED_*`` run identity (which always wins).
+
+    The worker's own ``ETCDSCHED_*`` variables are its configuration (etcd
+    endpoints, credentials): they are not passed on to jobs."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
+    env.update(run.spec.execution.env)
+    env.update(run_identity(run, attempt, worker_id))
+    return env
+
+
+def run_identity(run: RunRecord, attempt: int, worker_id: str) -> dict[str, str]:
+    """What a job needs to make itself idempotent (DESIGN §2 promise 3)."""
+    scheduled = _EPOCH + timedelta(milliseconds=run.slot_ms)  # exact, unlike float seconds
+    return {
+        "ETCDSCHED_JOB_ID": run.job_id,
+        "ETCDSCHED_RUN_ID": run.id,
+        "ETCDSCHED_ATTEMPT": str(attempt),
+        "ETCDSCHED_SCHEDULED_AT": scheduled.isoformat(timespec="milliseconds").replace(
+            "+00:00", "Z"
+        ),
+        "ETCDSCHED_SCHEDULED_AT_MS": str(run.slot_ms),
+        "ETCDSCHED_WORKER_ID": worker_id,
+    }
+
+
+def command_argv(execution: CommandExecution) -> list[str]:
+    """The argv to exec. With ``shell``, a single element is the script
+    itself; several are quoted back into one command line."""
+    if not execution.shell:
+        return list(execution.argv)
+    script = execution.argv[0] if len(execution.argv) == 1 else shlex.join(execution.argv)
+    return ["/bin/sh", "-c", script]
+
+
+def container_command(
+    execution: ContainerExecution, run: RunRecord, attempt: int, worker_id: str
+) -> tuple[list[str], str]:
+    """``<runtime> run --rm --name <name> -e K ... image args`` and the name.
+
+    Variables are passed as ``-e K`` (the runtime CLI copies the value from
+    its own environment, which is the job environment): values, secrets
+    included, never show up in ``ps``. Only the job's ``env`` and the
+    ``ETCDSCHED_*`` identity enter the container, not the worker's environment.
+    """
+    runtime = find_container_runtime(execution.runtime)
+    safe_id = _CONTAINER_NAME_UNSAFE.sub("_", run.id)
+    name = f"etcdsched-{safe_id}-{attempt}"
+    keys = {**execution.env, **run_identity(run, attempt, worker_id)}
+    env_flags = [flag for key in keys for flag in ("-e", key)]
+    argv = [runtime, "run", "--rm", "--name", name, *env_flags, execution.image, *execution.args]
+    return argv, name
+
+
+def find_container_runtime(runtime: str) -> str:
+    candidates = ["docker", "podman"] if runtime == "auto" else [runtime]
+    for candidate in candidates:
+        path = shutil.which(candidate)
+        if path:
+            return path
+    raise InvalidInput(
+        "no container runtime (docker or podman) on this worker", field="execution.runtime"
+    )

@@ -1,0 +1,274 @@
+"""The worker role: run what is assigned to this worker, truthfully.
+
+Per incarnation the worker opens a session (lease), registers under it, and
+watches only ``assign/<me>/``. For each assignment it *claims* the
+attempt, starts the process at the not-before instant, enforces the
+timeout, obeys cancel, and reports the outcome with a transaction whose
+compare is *my claim is still there, byte for byte* (same worker, attempt
+and lease) — so an attempt that was declared lost or hung can never write.
+
+Self-fencing: a separate watchdog process is fed a deadline: the session's
+safe deadline, capped at ``LOOP_STALL_LIMIT`` after the agent's event loop
+last showed it was alive. If the agent freezes, its loop wedges, or it
+loses its lease, the watchdog kills every job process group before the
+lease can expire on the server (and before recovery's hung verdict, which
+comes ``HUNG_SLACK_MS`` after a run's timeout and grace). On session loss
+the agent also kills its children itself and never reports for them; the
+next incarnation registers under a new member id.
+
+With ``renew_store`` the lease is renewed on a thread of its own (ADR
+0007): a burst of runs that keeps the loop busy for a while no longer
+costs the worker its session and every run it holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import threading
+import time
+
+from etcdsched.config import Config
+from etcdsched.logs.store import LogStore
+from etcdsched.model.errors import EtcdschedError
+from etcdsched.model.placement import fits, plus
+from etcdsched.model.records import Assignment, WorkerMember
+from etcdsched.model.spec import Capacity, Resources
+from etcdsched.runtime.clock import Clock
+from etcdsched.runtime.metrics import START_LAG
+from etcdsched.store.cache import PrefixCache
+from etcdsched.store.coalesce import CoalescingStore
+from etcdsched.store.keys import Keys
+from etcdsched.store.kv import Event, Ops, Store
+from etcdsched.store.runs import RunOps
+from etcdsched.store.session import RenewerFactory, Session
+from etcdsched.worker.attempt import HUNG_SLACK_MS, AttemptRunner
+from etcdsched.worker.executor import Executor
+from etcdsched.worker.gather import GatherWindow
+from etcdsched.worker.running import Running, RunningAttempts
+from etcdsched.worker.starter import LoopStarter, Starter
+from etcdsched.worker.watchdog import Watchdog
+
+log = logging.getLogger(__name__)
+LOOP_STALL_LIMIT = min(3.0, HUNG_SLACK_MS / 1000 - 1.0)
+"""Seconds the event loop may go without a heartbeat before the watchdog
+kills the jobs: a wedged loop cannot enforce timeouts or obey revokes, and
+a hung verdict (``HUNG_SLACK_MS`` after timeout + grace) must find the
+process already dead."""
+FEED_EVERY = 0.25
+REPORT_GATHER_S = 0.05
+"""How long a finished attempt's report may wait for others to share its
+transaction (ADR 0012); its end time is taken before the wait."""
+
+
+class WorkerService:
+    def __init__(
+        self,
+        config: Config,
+        store: Store,
+        keys: Keys,
+        clock: Clock,
+        executor: Executor,
+        logs: LogStore,
+        watchdog: Watchdog | None = None,
+        renew_store: RenewerFactory | None = None,
+        starter: Starter | None = None,
+    ) -> None:
+        self.config = config
+        self.renew_store = renew_store
+        self.store: Store = CoalescingStore(store)
+        """Attempts' reads and writes travel together (``etcdsched.store.coalesce``)."""
+        self.keys = keys
+        self.clock = clock
+        self.executor = executor
+        self.logs = logs
+        self.watchdog = watchdog or Watchdog()
+        self.starter: Starter = starter or LoopStarter(clock)
+        """Opens prepared jobs' gates at their instant (ADR 0008)."""
+        self.capacity = Capacity(
+            slots=config.worker_slots,
+            cpu=config.worker_cpu,
+            memory_mb=config.worker_memory_mb,
+            gpu=config.worker_gpu,
+        )
+        self.report_window = GatherWindow(clock, REPORT_GATHER_S)
+        """Reports that may wait are sent together (ADR 0012)."""
+        self.gated = 0
+        """Jobs prepared ahead of their instant whose gate is not open yet."""
+        self.base_id = config.member_id
+        self.member_id = config.member_id
+        self.incarnation = 0
+        self.running = RunningAttempts()
+        self.session: Session | None = None
+        self.runs = RunOps(keys)
+        self.draining = False
+        self.finished = 0
+
+    # -- lifecycle -------------------------------------------------------------
+    async def run(self) -> None:
+        self.watchdog.start()
+        try:
+            while not self.draining:
+                await self._incarnation()
+        finally:
+            if self.session is not None:
+                await self.session.close()
+            self.starter.close()
+            self.watchdog.close()
+
+    async def _incarnation(self) -> None:
+        if self.incarnation:
+            self.member_id = f"{self.base_id}.{self.incarnation}"
+        self.incarnation += 1
+        tasks: list[asyncio.Task[None]] = []
+        try:
+            self.session = await Session.open(
+                self.store, self.clock, self.config.lease_ttl, renew_store=self.renew_store
+            )
+            self.session.on_lost(self._fence)
+            await self._register(self.session)
+            assignments = PrefixCache(
+                self.store,
+                self.clock,
+                self.keys.assign_prefix(self.member_id),
+                relist_every=10,
+                on_event=self._on_assignment,
+            )
+            tasks = [
+                asyncio.create_task(self._feed_watchdog(self.session), name="watchdog-feed"),
+                asyncio.create_task(assignments.run(), name="assignments"),
+            ]
+            await assignments.ready.wait()
+            for kv in assignments.items.values():
+                self._on_assignment(Event("put", kv))
+            await self.session.wait_lost()
+        except EtcdschedError as exc:
+            log.warning("worker %s: %s; starting a new session", self.member_id, exc)
+            await self.clock.sleep(0.5)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self._abandon_all()
+            if self.session is not None and self.session.lost:
+                await self.session.orphan()
+
+    async def _register(self, session: Session) -> None:
+        cfg = self.config
+        member = WorkerMember(
+            id=self.member_id,
+            capacity=self.capacity,
+            labels=cfg.worker_labels,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            started_ms=self.clock.now_ms(),
+            draining=self.draining,
+        )
+        lease = session.lease_id
+        await self.store.txn(
+            [],
+            [
+                Ops.put(self.keys.member("workers", self.member_id), member, lease=lease),
+                Ops.put(self.keys.assign_epoch(self.member_id), b"", lease=lease),
+            ],
+        )
+
+    async def _feed_watchdog(self, session: Session) -> None:
+        """Tell the watchdog how long the jobs may live: until the lease
+        surely holds, and no longer than ``LOOP_STALL_LIMIT`` past the last
+        heartbeat of this loop. A thread sends it, so a busy loop does not
+        starve the feed (only a stalled one shortens it)."""
+        beat = [time.monotonic()]
+        stop = threading.Event()
+
+        def feed() -> None:
+            while not stop.wait(FEED_EVERY) and not session.lost:
+                self.watchdog.feed(min(session.safe_until, beat[0] + LOOP_STALL_LIMIT))
+
+        feeder = threading.Thread(target=feed, name="watchdog-feed", daemon=True)
+        self.watchdog.feed(min(session.safe_until, beat[0] + LOOP_STALL_LIMIT))
+        feeder.start()
+        try:
+            while not session.lost:
+                beat[0] = time.monotonic()
+                await asyncio.sleep(FEED_EVERY)  # real time: this loop's liveness
+        finally:
+            stop.set()
+
+    def _fence(self) -> None:
+        """Session lost: kill every job now. Never report for them."""
+        for item in self.running.values():
+            if item.process is not None:
+                item.process.kill_now()
+
+    async def _abandon_all(self) -> None:
+        self._fence()
+        for item in list(self.running.values()):
+            item.task.cancel()
+        await asyncio.gather(*(i.task for i in self.running.values()), return_exceptions=True)
+        self.running.clear()
+
+    # -- assignments -----------------------------------------------------------
+    def _on_assignment(self, event: Event) -> None:
+        _, rid = self.keys.parse_assign(event.kv.key)
+        item = self.running.get(rid)
+        if event.kind == "delete":
+            if item is not None:
+                item.revoked.set()  # recovery took it back (hung or lost): kill, no report
+            return
+        assignment = event.kv.decode(Assignment).value
+        if item is not None and item.assignment.attempt == assignment.attempt:
+            if assignment.cancel:
+                item.cancel.set()
+            return
+        if self.draining or self.session is None:
+            return
+        task = asyncio.create_task(self._handle(assignment), name=f"run {rid}")
+        self.running[rid] = Running(assignment, task, event.kv.mod_revision)
+        if assignment.cancel:
+            self.running[rid].cancel.set()
+
+    async def _handle(self, assignment: Assignment) -> None:
+        item = self.running[assignment.run_id]
+        try:
+            assert self.session is not None
+            runner = AttemptRunner(self, item, self.session)
+            await runner.execute()
+        except EtcdschedError as exc:
+            log.warning("run %s: %s", assignment.run_id, exc)
+        except Exception:  # a bug: say so loudly; recovery ends the run with our session
+            log.exception("run %s: attempt failed unexpectedly", assignment.run_id)
+        finally:
+            if self.running.get(assignment.run_id) is item:
+                del self.running[assignment.run_id]
+            self.finished += 1
+
+    def report_may_wait(self, need: Resources) -> bool:
+        """Whether a finished attempt's report may wait for the report
+        window: only while this worker has room for another run like it
+        anyway, so a run queued for its capacity never waits on it."""
+        return fits(need, plus(self.capacity, self.running.used, sign=-1), self.capacity)
+
+    def observe_start(self, lag_ms: int) -> None:
+        START_LAG.observe(max(0, lag_ms) / 1000)
+
+    # -- graceful shutdown -----------------------------------------------------
+    async def drain(self) -> None:
+        """SIGTERM: take nothing new, let running attempts finish within the
+        grace period, hand back the ones not started, then stop the rest."""
+        self.draining = True
+        if self.session is not None and not self.session.lost:
+            await self._register(self.session)
+        for item in self.running.values():
+            if not item.started:
+                item.shutdown.set()
+        tasks = [i.task for i in self.running.values()]
+        if tasks:
+            await asyncio.wait(tasks, timeout=self.config.shutdown_grace)
+        for item in list(self.running.values()):
+            item.shutdown.set()
+        await asyncio.gather(*(i.task for i in self.running.values()), return_exceptions=True)
+        if self.session is not None:
+            await self.session.close()
