@@ -1,5 +1,5 @@
-"""``etcdsched bench``: the benchmark command (DESIGN §12: speed is measured
-by a command, never by a timed unit test).
+"""``etcdsched bench``: the benchmark command (docs/design.md, "The packages":
+speed is measured by a command, never by a timed unit test).
 
 It starts its own single-member etcd and the agents as real processes, runs
 the selected scenarios, writes ``bench-results/<timestamp>.json`` and renders

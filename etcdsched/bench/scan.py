@@ -1,5 +1,5 @@
 """Scenario ``scan``: the cost of one scheduling pass does not grow with the
-number of stored jobs (DESIGN §4: scanning every job is forbidden).
+number of stored jobs (docs/design.md, "Key layout": nothing scans every job).
 
 The stored jobs are far-future daily jobs (first slot one day ahead, beyond
 the due horizon). Each pass first adds ``scan_due`` jobs due now, then runs

@@ -1,4 +1,4 @@
-"""Where run logs live (DESIGN §9). etcd holds no log bodies.
+"""Where run logs live (docs/design.md, "Logs"). etcd holds no log bodies.
 
 A log belongs to one *attempt* of a run: a retry gets a fresh log, so a
 reader can tell which execution printed what. :class:`LogStore` is the

@@ -1,4 +1,4 @@
-"""What a client submits: a job spec with every policy (DESIGN §8).
+"""What a client submits: a job spec with every policy (docs/design.md, "Run states").
 
 Validation happens here, at the edge: a spec that parses is a spec the
 scheduler can run. Durations accept ``"30s"``, ``"5m"``, ISO 8601 or seconds.

@@ -1,4 +1,4 @@
-"""Preparing and starting a job's process (DESIGN §7).
+"""Preparing and starting a job's process (docs/design.md, "Claims and fencing").
 
 A job starts behind a *gate* (:data:`GATE`): it is forked first, its
 process group is told to the watchdog, and only when the gate opens does

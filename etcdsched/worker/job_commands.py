@@ -32,7 +32,7 @@ def job_environment(run: RunRecord, attempt: int, worker_id: str) -> dict[str, s
 
 
 def run_identity(run: RunRecord, attempt: int, worker_id: str) -> dict[str, str]:
-    """What a job needs to make itself idempotent (DESIGN §2 promise 3)."""
+    """What a job needs to make itself idempotent (docs/design.md, "Recovery")."""
     scheduled = _EPOCH + timedelta(milliseconds=run.slot_ms)  # exact, unlike float seconds
     return {
         "ETCDSCHED_JOB_ID": run.job_id,

@@ -1,4 +1,5 @@
-"""Self-fencing that works while the agent is frozen or dead (DESIGN §2.4, §7).
+"""Self-fencing that works while the agent is frozen or dead
+(docs/design.md, "Claims and fencing").
 
 A worker whose lease may have expired must not let its jobs run on: a new
 attempt may already be running elsewhere. But a frozen agent (SIGSTOP, a

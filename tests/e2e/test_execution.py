@@ -1,5 +1,6 @@
 """Execution end to end, on a real etcd: retries with backoff, timeout,
-cancel, placement limits, and logs (DESIGN §5, §7, §8, §9)."""
+cancel, placement limits, and logs (docs/design.md, "Run states", "Placement",
+"Claims and fencing", "Recovery", "Logs")."""
 
 from __future__ import annotations
 

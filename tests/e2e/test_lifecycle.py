@@ -1,5 +1,5 @@
 """Job lifecycle end to end, on a real etcd: pause/resume with catch-up,
-replace, delete, trigger now, backfill (DESIGN §1, §8)."""
+replace, delete, trigger now, backfill (docs/design.md, "Firing")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Scheduling policies end to end, on a real etcd: misfire, starting
-deadline, overlap and depends_on (DESIGN §2.2, §6, §8)."""
+deadline, overlap and depends_on (docs/design.md, "Firing", "Placement")."""
 
 from __future__ import annotations
 

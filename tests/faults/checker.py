@@ -1,16 +1,17 @@
-"""A pure history checker for fault-injection runs (DESIGN §2 and §12).
+"""A pure history checker for fault-injection runs (the README's promises;
+docs/design.md, "Every write is a transaction").
 
 It compares what etcd says happened (jobs, run records with their attempts,
 skip records) with what the jobs themselves wrote to the ledger file
 (``start``, a ``beat`` every 100 ms, ``end``; see ``tests/support/jobscript.py``)
 and reports every broken promise:
 
-* §2.1 — a slot is at most one run: ``duplicate_slot``; and a run is never
+* promise 1 — a slot is at most one run: ``duplicate_slot``; and a run is never
   executed twice at once: ``overlapping_attempts``, ``duplicate_attempt``.
-* §2.2 — no due slot is silently lost: ``unexplained_slot``, ``run_and_skip``,
+* promise 2 — no due slot is silently lost: ``unexplained_slot``, ``run_and_skip``,
   ``skip_count`` (via :func:`etcdsched.store.ledger.check_slots`), ``stray_run``.
-* §2.3 — a run whose worker vanished is rerun: ``not_terminal`` after quiesce.
-* §2.4 — a zombie cannot corrupt a run: ``stale_outcome`` (an outcome the
+* promise 3 — a run whose worker vanished is rerun: ``not_terminal`` after quiesce.
+* promise 4 — a zombie cannot corrupt a run: ``stale_outcome`` (an outcome the
   ledger does not back), ``unknown_attempt`` (the ledger saw an execution the
   run record does not list), ``orphan_process`` (still running after quiesce).
 
@@ -241,7 +242,7 @@ def _count(history: History, report: HistoryReport) -> None:
     report.skip_records = len(history.skips)
 
 
-# -- §2.1 / §2.2: every slot is exactly one run or one skip ---------------------
+# -- promises 1 / 2: every slot is exactly one run or one skip ------------------------
 
 
 def _check_slots(history: History, report: HistoryReport) -> None:
@@ -292,7 +293,7 @@ def _check_job_slots(
             report.violations.append(Violation("stray_run", job.id, run.id, detail))
 
 
-# -- §2.1 / §2.4: what the processes did -----------------------------------------
+# -- promises 1 / 4: what the processes did --------------------------------------------
 
 
 def _check_executions(by_run: Mapping[str, list[Execution]], report: HistoryReport) -> None:

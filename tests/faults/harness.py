@@ -2,7 +2,8 @@
 
 Usage::
 
-    python -m tests.faults.harness --duration 30m --seed 7 [--report docs/reliability.md]
+    python -m tests.faults.harness --duration 30m --seed 7 \
+        [--report docs/reliability.md --covers "what this run is for"]
 
 It starts, as OS processes on loopback, a 3-member etcd cluster, 3 scheduler
 agents and 3 worker agents (4 slots each); creates recurring jobs (1-2 s
@@ -23,6 +24,10 @@ or an error. The work dir is kept for digging into a violation:
 ``ledger.jsonl`` (what the jobs wrote), ``history.jsonl`` (every job, run and
 skip record read back from etcd), ``faults.jsonl`` (what was injected, and
 when), ``agents/*.log`` and the etcd data.
+
+``--report docs/reliability.md`` keeps that page's shape: the new run becomes
+its latest run, the one before becomes a row of its table, and the full
+report goes to ``docs/reliability/runs/`` (see :mod:`tests.faults.report`).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import json
 import logging
 import random
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -42,6 +48,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import etcdsched
 from etcdsched.model.durations import parse_duration
 from etcdsched.model.errors import EtcdschedError
 from etcdsched.runtime.clock import SystemClock
@@ -53,7 +60,7 @@ from tests.faults.checker import check_history
 from tests.faults.collect import collect_history, dump_history, pause_all, wait_until
 from tests.faults.faults import Injector
 from tests.faults.fleet import Fleet
-from tests.faults.report import RunInfo, RunOutcome, command_line, render_markdown, render_text
+from tests.faults.report import RunInfo, RunOutcome, command_line, render_text, write_report
 from tests.faults.workload import Workload
 
 log = logging.getLogger("tests.faults.harness")
@@ -72,6 +79,8 @@ class HarnessConfig:
     one_off_every_s: tuple[float, float] = (2.0, 4.0)
     quiesce_timeout_s: float = 60.0
     fire_backlog: int | None = None
+    covers: str = ""
+    """What the run is for, in a few words (the reliability page's table)."""
 
 
 def run_harness(config: HarnessConfig, command: str = "") -> RunOutcome:
@@ -87,6 +96,7 @@ def run_harness(config: HarnessConfig, command: str = "") -> RunOutcome:
         config.fire_backlog,
     )
     info = RunInfo(config.seed, command, config.duration_s, str(work_dir), prefix)
+    info.commit, info.covers = source_commit(), config.covers
     started = time.monotonic()
     try:
         outcome = asyncio.run(_drive(config, fleet, info))
@@ -94,6 +104,25 @@ def run_harness(config: HarnessConfig, command: str = "") -> RunOutcome:
         fleet.close()
     info.total_s = time.monotonic() - started
     return outcome
+
+
+def source_commit() -> str:
+    """The commit of the etcdsched package under test (it may be a worktree
+    on ``PYTHONPATH``), ``-dirty`` if the package differs from it; "" if
+    that is not a git checkout."""
+    package = Path(etcdsched.__file__).parent
+
+    def git(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["git", *args], cwd=package, capture_output=True, text=True)
+
+    try:
+        head = git("rev-parse", "--short=7", "HEAD")
+        changed = git("diff", "--quiet", "HEAD", "--", ".").returncode != 0
+    except OSError:
+        return ""
+    if head.returncode != 0:
+        return ""
+    return head.stdout.strip() + ("-dirty" if changed else "")
 
 
 async def _drive(config: HarnessConfig, fleet: Fleet, info: RunInfo) -> RunOutcome:
@@ -242,7 +271,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--duration", type=_duration, default=_duration("30m"),
                         help="how long to inject faults: 90s, 3m, 30m (default 30m)")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0, help="seed of the fault schedule")
-    parser.add_argument("--report", type=Path, help="also write the report as Markdown here")
+    parser.add_argument("--report", type=Path,
+                        help="also write the report as Markdown here; a page with generated "
+                        "blocks (docs/reliability.md) is updated in place")  # fmt: skip
+    parser.add_argument("--covers", default="", metavar="TEXT",
+                        help="what this run is for, for the page's table")  # fmt: skip
     parser.add_argument("--work-dir", type=Path, help="default: a new temporary directory")
     parser.add_argument("--fire-backlog", type=int, metavar="N",
                         help="schedulers hold firing at N fired runs unread by placement "
@@ -268,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
         work_dir=work_dir,
         fire_backlog=args.fire_backlog,
+        covers=args.covers,
     )
     try:
         outcome = run_harness(config, command_line(argv))
@@ -276,9 +310,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     print(render_text(outcome), flush=True)
     if args.report is not None:
-        args.report.parent.mkdir(parents=True, exist_ok=True)
-        args.report.write_text(render_markdown(outcome))
-        print(f"report written to {args.report}")
+        for written in write_report(args.report, outcome):
+            print(f"report written to {written}")
     return 0 if outcome.report.ok else 1
 
 

@@ -2,7 +2,8 @@
 
 Usage::
 
-    python -m tests.faults.recheck WORK_DIR [--report docs/reliability.md]
+    python -m tests.faults.recheck WORK_DIR [--report docs/reliability.md] \
+        [--covers TEXT] [--commit SHA]
 
 Reads what the harness left behind once every process was gone:
 ``history.jsonl`` (every job, run and skip record read from etcd after
@@ -11,7 +12,10 @@ quiesce), archived runs under ``agents/runlogs/*/archive.jsonl``,
 description), and runs the same checker. Job processes still alive and
 capacity still held after quiesce cannot be observed any more: the recheck
 leaves those two out, so the first check's notes on them stand. Use it when
-the checker or the collector is fixed after a long run, and say so.
+the checker or the collector is fixed after a long run, and say so
+(``--covers``). On ``docs/reliability.md`` the recheck of the latest run
+replaces it (its report file has the same name); a recheck of an older run
+makes it the latest.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from etcdsched.model.records import JobRecord, RunRecord, SkipRecord
 from tests.faults.checker import History, check_history
 from tests.faults.collect import archived_runs
 from tests.faults.faults import Fault
-from tests.faults.report import RunInfo, RunOutcome, render_markdown, render_text
+from tests.faults.report import RunInfo, RunOutcome, render_text, write_report
 from tests.support.ledgerfile import read_ledger_tolerant
 
 
@@ -70,14 +74,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.faults.recheck")
     parser.add_argument("work_dir", type=Path)
     parser.add_argument("--report", type=Path, help="also write the report as Markdown here")
+    parser.add_argument("--covers", help="what the run is for (default: as the harness had it)")
+    parser.add_argument("--commit", help="the commit it ran on, if its runinfo.json lacks it")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     info = RunInfo(**json.loads((args.work_dir / "runinfo.json").read_text()))
+    if args.covers is not None:
+        info.covers = args.covers
+    if args.commit is not None:
+        info.commit = args.commit
     report = check_history(load_history(args.work_dir))
     faults, exits = load_faults(args.work_dir)
     outcome = RunOutcome(info, report, faults, exits)
     print(render_text(outcome), flush=True)
     if args.report is not None:
-        args.report.write_text(render_markdown(outcome))
+        for written in write_report(args.report, outcome):
+            print(f"report written to {written}")
     return 0 if report.ok else 1
 
 
