@@ -1,5 +1,5 @@
 """What one mutation costs etcd's CPU, with and without prefix watchers
-and per-op compares: a side measurement behind docs/benchmarks.md's
+and per-op compares: a side measurement behind docs/adr/0020-benchmark-history.md's
 analysis, not part of ``etcdsched bench``.
 
 Starts its own single etcd (fsync off) on loopback, writes 128-put

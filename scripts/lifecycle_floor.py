@@ -1,5 +1,5 @@
 """How fast can *any* scheduler on this etcd and this client run no-op runs?
-A side measurement behind docs/benchmarks.md's throughput analysis, not
+A side measurement behind docs/adr/0020-benchmark-history.md's throughput analysis, not
 part of ``etcdsched bench``.
 
 Two bare driver processes write what a run needs and nothing else: no

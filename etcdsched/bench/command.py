@@ -137,9 +137,13 @@ def bench(smoke: bool, report_from: Path | None, **flags: Any) -> None:
 
 def _command_line() -> str:
     argv = sys.argv[1:]
-    program = (
-        "etcdsched" if not sys.argv[0].endswith("__main__.py") else "python -m etcdsched.bench"
-    )
-    if program == "etcdsched" and argv[:1] != ["bench"]:
+    entry = sys.argv[0].replace("\\", "/")
+    if entry.endswith("bench/__main__.py"):
+        program = "python -m etcdsched.bench"
+    elif entry.endswith("__main__.py"):
+        program = "python -m etcdsched"
+    else:
+        program = "etcdsched"
+    if program != "python -m etcdsched.bench" and argv[:1] != ["bench"]:
         argv = ["bench", *argv]
     return " ".join([program, shlex.join(argv)]).strip()

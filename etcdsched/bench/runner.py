@@ -112,7 +112,7 @@ async def run_all(options: BenchOptions) -> int:
         if options.data_dir is None:
             shutil.rmtree(work_dir, ignore_errors=True)
     note(f"results: {results_path}")
-    note(f"report: {render(meta, results, options.docs)}")
+    note(f"report: {render(meta, results, options.docs, source=results_path)}")
     return 1 if any(r.error for r in results) else 0
 
 
@@ -153,7 +153,7 @@ async def _etcd_settled(etcd_pid: int) -> float:
     compaction, a large delete) is not charged to the next one. Returns the
     seconds waited, at most ``SETTLE_MAX_S``. It does not undo what that
     scenario left *stored*: etcd's CPU per scan pass still grows with the
-    uncompacted history before it (docs/benchmarks.md)."""
+    uncompacted history before it (docs/adr/0020-benchmark-history.md)."""
     began = time.monotonic()
     while time.monotonic() - began < SETTLE_MAX_S:
         before = cpu_seconds(etcd_pid)

@@ -40,7 +40,7 @@ GATHER_S = 0.05
 """After a wake, wait this long before the pass so that runs fired or
 freed close together are placed in one transaction per worker: below
 saturation each pass otherwise placed a run or two, and a run cost about
-four etcd transactions (docs/benchmarks.md). Runs are fired 1.5-2 s ahead
+four etcd transactions (docs/adr/0020-benchmark-history.md). Runs are fired 1.5-2 s ahead
 of their instant, so the wait does not reach start lag."""
 URGENT_MS = 1000
 """No gathering wait when a run queued since the last pass is due sooner

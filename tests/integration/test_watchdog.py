@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 FAKE_AGENT = """\
 import os, subprocess, sys, time
-from etcdsched.watchdog import Watchdog
+from etcdsched.worker.watchdog import Watchdog
 
 out, ahead = sys.argv[1], float(sys.argv[2])
 watchdog = Watchdog()
