@@ -26,10 +26,12 @@ from etcdsched.runtime.clock import SystemClock
 from etcdsched.scheduler.service import SchedulerService, ensure_cluster
 from etcdsched.store.embedded import COMPACT_EVERY, EtcdMember, EtcdTuning
 from etcdsched.store.etcd import EtcdStore
+from etcdsched.store.etcd_auth import secure_embedded_etcd
 from etcdsched.store.keys import Keys
 from etcdsched.store.lease_renewer import BlockingRenewer
 from etcdsched.store.session import Renewer, RenewerFactory
 from etcdsched.worker.executor import Executor, NoopExecutor, ProcessExecutor
+from etcdsched.worker.sandbox import Sandbox
 from etcdsched.worker.service import WorkerService
 from etcdsched.worker.starter import ThreadStarter
 
@@ -37,9 +39,18 @@ log = logging.getLogger(__name__)
 ROLES = frozenset({"scheduler", "worker", "api"})
 
 
-def make_executor(name: str) -> Executor:
-    """``noop`` exists for benchmarks only: it starts nothing and succeeds."""
-    return NoopExecutor() if name == "noop" else ProcessExecutor()
+def make_executor(config: Config) -> Executor:
+    """``noop`` exists for benchmarks only: it starts nothing and succeeds.
+    Real jobs are contained as the config says (whom they run as, where,
+    with which environment), and the agent says so once at start."""
+    if config.executor == "noop":
+        return NoopExecutor()
+    sandbox = Sandbox.from_config(config)
+    sandbox.scratch.prepare_root()  # a scratch root we cannot use fails the start, not each job
+    run_as = sandbox.run_as
+    contained = run_as.can_switch and not run_as.runs_root_jobs()
+    log.log(logging.INFO if contained else logging.WARNING, "%s", run_as.describe())
+    return ProcessExecutor(sandbox)
 
 
 def renewer_factory(config: Config) -> RenewerFactory:
@@ -63,6 +74,7 @@ async def run_agent(config: Config, roles: set[str], stop: asyncio.Event | None 
     try:
         meta = await ensure_cluster(store, keys, config.partitions, clock.now_ms())
         logs = DirLogStore(config.log_dir)
+        logs.make_private()
         worker = None
         tasks: list[asyncio.Task[None]] = []
         if "scheduler" in roles:
@@ -70,7 +82,7 @@ async def run_agent(config: Config, roles: set[str], stop: asyncio.Event | None 
             scheduler = SchedulerService(config, store, keys, clock, logs, renewal)
             tasks.append(asyncio.create_task(scheduler.run(), name="scheduler"))
         if "worker" in roles:
-            executor = make_executor(config.executor)
+            executor = make_executor(config)
             renewal = renewer_factory(config)
             worker = WorkerService(
                 config, store, keys, clock, executor, logs, None, renewal, ThreadStarter()
@@ -137,12 +149,17 @@ async def run_up(config: Config, data_dir: Path, etcd: str | None = None) -> Non
     admin token on first start (written to ``<data_dir>/admin.token``), and
     one agent with every role."""
     member = None
+    data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.chmod(0o700)  # the agent's alone: etcd, tokens, passwords, logs
+    settings: dict[str, object] = {"log_dir": data_dir / "logs"}
     if etcd is None:
         member = start_embedded_etcd(
             data_dir, config.embedded_client_port, config.embedded_peer_port
         )
         etcd = member.endpoint
-    config = config.model_copy(update={"etcd": etcd, "log_dir": data_dir / "logs"})
+        credentials = secure_embedded_etcd(etcd, data_dir, config.prefix)
+        settings |= {"etcd_user": credentials.user, "etcd_password_file": credentials.password_file}
+    config = config.model_copy(update={"etcd": etcd, **settings})
     try:
         await _ensure_admin_token(config, data_dir)
         await run_agent(config, set(ROLES))

@@ -36,7 +36,14 @@ class Config(BaseSettings):
     etcd_cert: Path | None = None
     etcd_key: Path | None = None
     etcd_user: str | None = None
-    etcd_password: str | None = None
+    etcd_password: str | None = Field(
+        None,
+        description="Prefer etcd_password_file: a process's environment can be read by"
+        " other processes of its user.",
+    )
+    etcd_password_file: Path | None = Field(
+        None, description="File holding the etcd password (first line); wins over etcd_password."
+    )
     prefix: str = "/etcdsched/"
     partitions: int = Field(64, ge=1, le=1000, description="Used only at cluster init.")
 
@@ -66,6 +73,25 @@ class Config(BaseSettings):
     executor: str = Field("process", description="'process', or 'noop' for benchmarks.")
     shutdown_grace: float = Field(30.0, ge=0)
     log_dir: Path = Path(".etcdsched/logs")
+    worker_run_as: dict[str, str] = Field(
+        default_factory=dict,
+        description="Tenant -> user its jobs run as when the worker is root ('*': every"
+        " other tenant; default nobody). A user is a name or a numeric uid.",
+    )
+    job_env_allow: list[str] = Field(
+        default_factory=lambda: ["LANG", "LC_ALL", "TZ"],
+        description="Variables of the worker's environment that jobs get; nothing else is"
+        " inherited.",
+    )
+    job_path: str = Field(
+        "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        description="PATH of a job that sets none in its env.",
+    )
+    scratch_dir: Path | None = Field(
+        None,
+        description="Per-attempt working directories of jobs without a cwd (default: under"
+        " the system's temporary directory, which every job's user can reach).",
+    )
 
     # etcdsched up
     embedded_client_port: int = Field(2379, description="Embedded etcd client port (up).")
@@ -95,5 +121,13 @@ class Config(BaseSettings):
             cert=self.etcd_cert,
             key=self.etcd_key,
             username=self.etcd_user,
-            password=self.etcd_password,
+            password=self.etcd_secret(),
         )
+
+    def etcd_secret(self) -> str | None:
+        """The etcd password: from its file when one is set (read at each
+        connect, so a rotated file is picked up), else the setting."""
+        if self.etcd_password_file is not None:
+            lines = self.etcd_password_file.read_text().splitlines()
+            return lines[0].strip() if lines else ""
+        return self.etcd_password

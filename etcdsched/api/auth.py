@@ -55,6 +55,11 @@ class TenantLimits(BaseModel):
     submissions_per_second: float | None = Field(
         None, gt=0, description="Job creations, triggers and backfills per second (per API)."
     )
+    loader_env: bool = Field(
+        False,
+        description="Whether the tenant's jobs may set loader and interpreter variables"
+        " (LD_*, PYTHONPATH, BASH_ENV, ...) in their env. Off: such a job is refused (422).",
+    )
 
 
 class TenantRecord(Record):

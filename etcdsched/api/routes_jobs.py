@@ -31,7 +31,7 @@ from etcdsched.api.schemas import (
 )
 from etcdsched.model.errors import Conflict, EtcdschedError, Forbidden, InvalidInput, NotFound
 from etcdsched.model.records import JobRecord, RunRecord
-from etcdsched.model.spec import JobSpec
+from etcdsched.model.spec import JobSpec, loader_variables
 from etcdsched.model.triggers import count_slots_between
 from etcdsched.store.jobs import JobState
 from etcdsched.store.keys import JOB_ID_PATTERN
@@ -79,9 +79,24 @@ async def _replayed(call: Call, tenant: str, key: str | None) -> bool:
     return await services.store.get(services.keys.idempotency(tenant, digest)) is not None
 
 
+async def _allowed_env(call: Call, spec: JobSpec) -> JobSpec:
+    """Refuse loader and interpreter variables unless an admin allowed the
+    tenant them: they change what runs before the job's own code."""
+    names = loader_variables(spec.execution.env)
+    if names:
+        tenant = await call.ctx.auth.tenant(spec.tenant)
+        if tenant is None or not tenant.limits.loader_env:
+            raise InvalidInput(
+                f"tenant {spec.tenant} may not set {', '.join(names)} (an admin can allow it:"
+                " loader_env in the tenant's limits)",
+                field="spec.execution.env",
+            )
+    return spec
+
+
 async def create_job(call: Call) -> web.StreamResponse:
     body = call.body_as(CreateJobBody)
-    spec = _own_spec(call.who, body.spec)
+    spec = await _allowed_env(call, _own_spec(call.who, body.spec))
     key = call.request.headers.get(IDEMPOTENCY.name)
     if not await _replayed(call, spec.tenant, key):
         await call.ctx.quotas.admit_job(spec.tenant)
@@ -149,6 +164,7 @@ async def replace_job(call: Call) -> web.StreamResponse:
     job_id = call.match("job_id")
     state = await visible_job(call, job_id)
     spec = _own_spec(call.who, call.body_as(ReplaceJobBody).spec, state.job.value.spec.tenant)
+    spec = await _allowed_env(call, spec)
     job = await call.services.jobs.replace(job_id, spec, if_version=_if_version(call))
     return json_model(job, headers=_etag(job))
 

@@ -42,10 +42,13 @@ READ_LIMIT = 1 << 20
 FOLLOW_INTERVAL = 0.1
 ARCHIVE_NAME = "archive.jsonl"
 _ATTEMPT_LOG = re.compile(r"^attempt-([1-9][0-9]{0,8})\.log$")
-LIVE_MODE = 0o644
-"""A log its writer may still append to."""
-COMPLETE_MODE = 0o444
+LIVE_MODE = 0o600
+"""A log its writer may still append to (only the agent's user reads logs:
+jobs run as other users, see :mod:`etcdsched.worker.sandbox`)."""
+COMPLETE_MODE = 0o400
 """A complete log: no write bit for the owner (see :func:`_is_complete`)."""
+ROOT_MODE = 0o700
+"""The log root: nothing below it is reachable by any other user."""
 
 Poll = Callable[[float], Awaitable[None]]
 
@@ -191,6 +194,12 @@ class DirLogStore:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self._archive_lock = threading.Lock()
+
+    def make_private(self) -> None:
+        """Create the root if needed and close it to every other user: an
+        agent calls this once at start, before any job runs."""
+        self.root.mkdir(mode=ROOT_MODE, parents=True, exist_ok=True)
+        self.root.chmod(ROOT_MODE)
 
     def open_writer(self, run_id: str, attempt: int, lazy: bool = False) -> DirLogWriter:
         log, old_marker = self._attempt_paths(run_id, attempt)

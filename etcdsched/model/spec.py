@@ -32,6 +32,52 @@ Duration = Annotated[
 ]
 LABEL_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./-]{0,62}$")
 TENANT_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,255}$"
+IMAGE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,511}$"
+"""An image reference: never starts with ``-``, so it cannot be read as a
+flag of the container runtime."""
+MAX_ARG_BYTES = 131_071
+"""The kernel's limit on one argv or environment string (MAX_ARG_STRLEN,
+128 KiB, less its terminating NUL)."""
+LOADER_ENV_PREFIXES = ("LD_", "DYLD_")
+LOADER_ENV_NAMES = frozenset(
+    {
+        *("BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "IFS", "PS4"),
+        *("GCONV_PATH", "HOSTALIASES", "LOCPATH", "NLSPATH", "RESOLV_HOST_CONF"),
+        *("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONINSPECT"),
+        *("PERL5LIB", "PERL5OPT", "PERLLIB", "RUBYLIB", "RUBYOPT"),
+        *("NODE_OPTIONS", "NODE_PATH", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS"),
+    }
+)
+"""Variables that change what a loader, shell or interpreter runs before the
+job's own code: refused in a job's ``env`` unless an admin allows the
+tenant them (``loader_env`` in its limits)."""
+
+
+def loader_variables(env: dict[str, str]) -> list[str]:
+    """The names in ``env`` that only an allowed tenant may set."""
+    return sorted(
+        name for name in env if name in LOADER_ENV_NAMES or name.startswith(LOADER_ENV_PREFIXES)
+    )
+
+
+def _valid_env(env: dict[str, str]) -> dict[str, str]:
+    for name, value in env.items():
+        if not re.match(ENV_NAME_PATTERN, name):
+            raise ValueError(f"invalid variable name {name[:64]!r}: letters, digits and _")
+        _valid_string(value, f"the value of {name}")
+    return env
+
+
+def _valid_string(value: str, what: str) -> str:
+    if "\0" in value:
+        raise ValueError(f"{what} contains a NUL byte")
+    if len(value.encode()) > MAX_ARG_BYTES:
+        raise ValueError(f"{what} is longer than {MAX_ARG_BYTES} bytes (the kernel's limit)")
+    return value
+
+
+EnvVars = Annotated[dict[str, str], AfterValidator(_valid_env)]
 
 
 def _non_negative(value: timedelta) -> timedelta:
@@ -110,25 +156,39 @@ class CommandExecution(_Strict):
     kind: Literal["command"] = "command"
     argv: list[str] = Field(min_length=1, max_length=4096)
     shell: bool = False
-    env: dict[str, str] = Field(default_factory=dict)
-    cwd: str | None = None
+    env: EnvVars = Field(default_factory=dict)
+    cwd: str | None = Field(None, max_length=4096)
 
     @field_validator("argv")
     @classmethod
     def _argv_not_empty(cls, argv: list[str]) -> list[str]:
         if not argv[0]:
             raise ValueError("argv[0] must name a program")
+        for index, arg in enumerate(argv):
+            _valid_string(arg, f"argv[{index}]")
         return argv
+
+    @field_validator("cwd")
+    @classmethod
+    def _cwd_valid(cls, cwd: str | None) -> str | None:
+        return None if cwd is None else _valid_string(cwd, "cwd")
 
 
 class ContainerExecution(_Strict):
     """Run an image with the docker or podman CLI found on the worker."""
 
     kind: Literal["container"] = "container"
-    image: str = Field(min_length=1, max_length=512)
-    args: list[str] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
+    image: str = Field(pattern=IMAGE_PATTERN, description="An image reference, e.g. alpine:3.")
+    args: list[str] = Field(default_factory=list, max_length=4096)
+    env: EnvVars = Field(default_factory=dict)
     runtime: Literal["auto", "docker", "podman"] = "auto"
+
+    @field_validator("args")
+    @classmethod
+    def _args_valid(cls, args: list[str]) -> list[str]:
+        for index, arg in enumerate(args):
+            _valid_string(arg, f"args[{index}]")
+        return args
 
 
 def _execution_kind(value: object) -> str:

@@ -10,12 +10,15 @@ stopping, output) is :mod:`etcdsched.worker.process_group`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import shlex
 import shutil
 import subprocess
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from etcdsched.logs.store import LogWriter
@@ -23,6 +26,7 @@ from etcdsched.model.records import RunRecord
 from etcdsched.model.spec import ContainerExecution
 from etcdsched.worker.job_commands import command_argv, container_command, job_environment
 from etcdsched.worker.process_group import EndedProcess, ExitStatus, GroupProcess, Process
+from etcdsched.worker.sandbox import JobUser, Sandbox
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +108,15 @@ class StartsAtOnce:
 
 class ProcessExecutor(StartsAtOnce):
     """Runs commands (and containers, through the docker or podman CLI) as
-    local processes in their own session."""
+    local processes in their own session, contained by ``sandbox`` (whom
+    they run as, where, with which environment).
+
+    A container job's runtime CLI runs as the agent (it needs the runtime's
+    socket) and is told ``--user`` so that the job inside runs as the
+    tenant's user."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self.sandbox = sandbox
 
     async def prepare(
         self,
@@ -114,22 +126,28 @@ class ProcessExecutor(StartsAtOnce):
         log: LogWriter,
         guard: Callable[[int], None] | None = None,
     ) -> Prepared:
-        env = job_environment(run, attempt, worker_id)
+        place = self.sandbox.place(run, attempt)
+        job = _JobLaunch(
+            env=job_environment(run, attempt, worker_id, place.env),
+            cwd=place.cwd,
+            user=place.user,
+            grace=run.spec.kill_grace.total_seconds(),
+            on_end=functools.partial(self.sandbox.scratch.remove, place.scratch),
+            setpriv=self.sandbox.run_as.setpriv,
+        )
         execution = run.spec.execution
-        grace = run.spec.kill_grace.total_seconds()
         if isinstance(execution, ContainerExecution):
-            argv, name = container_command(execution, run, attempt, worker_id)
-            cleanup = [argv[0], "rm", "-f", name]
-            return await self._spawn(argv, env, None, log, grace, guard, cleanup)
-        return await self._spawn(command_argv(execution), env, execution.cwd, log, grace, guard)
+            ids = (place.user.uid, place.user.gid) if place.user is not None else None
+            argv, name = container_command(execution, run, attempt, worker_id, ids)
+            runtime = _JobLaunch(job.env, place.scratch, None, job.grace, job.on_end)
+            return await self._spawn(argv, runtime, log, guard, [argv[0], "rm", "-f", name])
+        return await self._spawn(command_argv(execution), job, log, guard)
 
     async def _spawn(
         self,
         argv: list[str],
-        env: dict[str, str],
-        cwd: str | None,
+        job: _JobLaunch,
         log: LogWriter,
-        grace: float,
         guard: Callable[[int], None] | None,
         runtime_cleanup: list[str] | None = None,
     ) -> Prepared:
@@ -141,30 +159,35 @@ class ProcessExecutor(StartsAtOnce):
         the 30-minute fault run: a kill -9 landed between fork and guard and
         the job outlived its lost attempt's rerun). The gate also lets the
         fork happen ahead of the job's instant (ADR 0008)."""
-        missing = _not_executable(argv[0], env, cwd)
+        missing = _not_executable(argv[0], job.env, job.cwd)
         if missing is not None:
-            return Prepared(_failed_start(argv, cwd, missing, log))
+            job.on_end()
+            return Prepared(_failed_start(argv, job.cwd, missing, log))
         gate_read, gate_write = os.pipe()
         try:
             proc = await asyncio.create_subprocess_exec(
+                *job.switch_user,
                 *GATE,
                 *argv,
                 stdin=gate_read,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                env=env,
-                cwd=cwd,
+                env=job.env,
+                cwd=job.cwd,
                 start_new_session=True,
             )
         except OSError as error:
             os.close(gate_write)
-            return Prepared(_failed_start(argv, cwd, error, log))
+            job.on_end()
+            return Prepared(_failed_start(argv, job.cwd, error, log))
         except BaseException:  # e.g. cancelled mid-spawn: asyncio kills the child
             os.close(gate_write)
+            job.on_end()
             raise
         finally:
             os.close(gate_read)
-        prepared = Prepared(GroupProcess(proc, log, grace, runtime_cleanup), gate_write)
+        process = GroupProcess(proc, log, job.grace, runtime_cleanup, job.on_end)
+        prepared = Prepared(process, gate_write)
         try:
             if guard is not None:
                 guard(proc.pid)
@@ -174,14 +197,39 @@ class ProcessExecutor(StartsAtOnce):
         return prepared
 
 
+@dataclass(frozen=True)
+class _JobLaunch:
+    """How one process of an attempt starts, and what to undo when it ends."""
+
+    env: dict[str, str]
+    cwd: Path
+    user: JobUser | None
+    grace: float
+    on_end: Callable[[], None]
+    setpriv: str = "setpriv"
+
+    @property
+    def switch_user(self) -> list[str]:
+        """The prefix that becomes the job's user, with none of the agent's
+        groups, before the gate: ``setpriv`` (util-linux), exec'd as the
+        agent. Asking Python to switch instead (``user=``) would make it
+        ``fork`` the whole agent rather than ``vfork``: slower as the agent
+        grows, and gRPC's fork handlers then run in the child (seen: its
+        poller logging into the job's output)."""
+        if self.user is None:
+            return []
+        ids = [f"--reuid={self.user.uid}", f"--regid={self.user.gid}", "--clear-groups"]
+        return [self.setpriv, *ids, "--"]
+
+
 GATE = ["/bin/sh", "-c", 'read -r _ || exit 125; exec </dev/null; exec "$@"', "etcdsched-gate"]
 """Waits for the worker's go (its stdin), gives the job /dev/null as stdin."""
 
 
-def _not_executable(program: str, env: dict[str, str], cwd: str | None) -> OSError | None:
+def _not_executable(program: str, env: dict[str, str], cwd: Path | None) -> OSError | None:
     """The error exec would give, checked before the gate hides it."""
     if "/" in program:
-        program = os.path.join(cwd or "", program)
+        program = os.path.join(cwd or "", program)  # relative to the job's cwd
         if not os.path.exists(program):
             return FileNotFoundError(2, "No such file or directory", program)
         if not os.access(program, os.X_OK) or os.path.isdir(program):
@@ -192,7 +240,7 @@ def _not_executable(program: str, env: dict[str, str], cwd: str | None) -> OSErr
     return None
 
 
-def _failed_start(argv: list[str], cwd: str | None, error: OSError, log: LogWriter) -> Process:
+def _failed_start(argv: list[str], cwd: Path | None, error: OSError, log: LogWriter) -> Process:
     """A program that cannot be started is the job's failure, not the
     worker's: it ends like a shell would report it (127, or 126)."""
     code = EXIT_NOT_EXECUTABLE if isinstance(error, PermissionError) else EXIT_NOT_FOUND

@@ -1,10 +1,9 @@
-"""What a job is started as: its environment (the worker's, the job's own,
-then the ``ETCDSCHED_*`` run identity) and its argv (a command, a shell
-script, or a container runtime's ``run``)."""
+"""What a job is started as: its environment (the worker's allow-list, the
+job's own, then the ``ETCDSCHED_*`` run identity) and its argv (a command, a
+shell script, or a container runtime's ``run``)."""
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import shutil
@@ -14,21 +13,18 @@ from etcdsched.model.errors import InvalidInput
 from etcdsched.model.records import RunRecord
 from etcdsched.model.spec import CommandExecution, ContainerExecution
 
-ENV_PREFIX = "ETCDSCHED_"
 _CONTAINER_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def job_environment(run: RunRecord, attempt: int, worker_id: str) -> dict[str, str]:
-    """The worker's environment, then the job's own ``env``, then the
-    ``ETCDSCHED_*`` run identity (which always wins).
-
-    The worker's own ``ETCDSCHED_*`` variables are its configuration (etcd
-    endpoints, credentials): they are not passed on to jobs."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
-    env.update(run.spec.execution.env)
-    env.update(run_identity(run, attempt, worker_id))
-    return env
+def job_environment(
+    run: RunRecord, attempt: int, worker_id: str, base: dict[str, str]
+) -> dict[str, str]:
+    """``base`` (the worker's allow-list, see :mod:`etcdsched.worker.sandbox`),
+    then the job's own ``env``, then the ``ETCDSCHED_*`` run identity (which
+    always wins). Nothing of the worker's own environment is inherited: its
+    ``ETCDSCHED_*`` configuration (etcd endpoints, credentials) least of all."""
+    return {**base, **run.spec.execution.env, **run_identity(run, attempt, worker_id)}
 
 
 def run_identity(run: RunRecord, attempt: int, worker_id: str) -> dict[str, str]:
@@ -56,9 +52,16 @@ def command_argv(execution: CommandExecution) -> list[str]:
 
 
 def container_command(
-    execution: ContainerExecution, run: RunRecord, attempt: int, worker_id: str
+    execution: ContainerExecution,
+    run: RunRecord,
+    attempt: int,
+    worker_id: str,
+    user: tuple[int, int] | None = None,
 ) -> tuple[list[str], str]:
-    """``<runtime> run --rm --name <name> -e K ... image args`` and the name.
+    """``<runtime> run --rm --name <name> [--user U:G] -e K ... -- image args``
+    and the name. The runtime's own flags come only from here: the job's
+    image is validated (no leading ``-``) and its ``args`` follow it, where
+    the runtime passes them to the container.
 
     Variables are passed as ``-e K`` (the runtime CLI copies the value from
     its own environment, which is the job environment): values, secrets
@@ -70,7 +73,11 @@ def container_command(
     name = f"etcdsched-{safe_id}-{attempt}"
     keys = {**execution.env, **run_identity(run, attempt, worker_id)}
     env_flags = [flag for key in keys for flag in ("-e", key)]
-    argv = [runtime, "run", "--rm", "--name", name, *env_flags, execution.image, *execution.args]
+    user_flags = ["--user", f"{user[0]}:{user[1]}"] if user is not None else []
+    argv = [
+        *(runtime, "run", "--rm", "--name", name, *user_flags, *env_flags),
+        *(execution.image, *execution.args),
+    ]
     return argv, name
 
 

@@ -28,6 +28,7 @@ import shlex
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -126,8 +127,10 @@ class GroupProcess:
         log: LogWriter,
         kill_grace: float,
         runtime_cleanup: list[str] | None = None,
+        on_end: Callable[[], None] | None = None,
     ) -> None:
         self._proc = proc
+        self._on_end = on_end
         self.pid: int | None = proc.pid
         self.pgid: int | None = proc.pid
         self._terminated = False
@@ -177,6 +180,8 @@ class GroupProcess:
         status = ExitStatus.from_returncode(returncode)
         if self._runtime_cleanup and (self._terminated or status.signal is not None):
             await _run_quietly(self._runtime_cleanup)
+        if self._on_end is not None:
+            await asyncio.to_thread(self._on_end)  # e.g. removing a scratch directory
         return status
 
     async def _empty_group(self, grace: float) -> None:

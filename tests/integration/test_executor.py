@@ -25,6 +25,8 @@ from etcdsched.worker.executor import NoopExecutor, ProcessExecutor
 from etcdsched.worker.job_commands import command_argv
 from etcdsched.worker.process_group import ExitStatus, Process
 from tests.support.eventually import assert_eventually
+from tests.support.procs import alive
+from tests.support.sandboxes import as_this_user
 
 SLOT_MS = 1_767_225_600_123  # 2026-01-01T00:00:00.123Z
 RUN_ID = f"job-1@{SLOT_MS:014d}"
@@ -49,15 +51,6 @@ def make_run(execution: dict[str, Any], kill_grace: float = GRACE) -> RunRecord:
         created_ms=SLOT_MS,
         updated_ms=SLOT_MS,
     )
-
-
-def alive(pid: int) -> bool:
-    """Running, as opposed to gone or a zombie (this sandbox's init does not reap)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except FileNotFoundError:
-        return False
-    return stat[stat.rfind(b")") + 2 :][:1] not in (b"Z", b"X")
 
 
 def live_group(pgid: int) -> list[int]:
@@ -116,7 +109,7 @@ async def start(log: LogWriter, tmp_path: Path) -> AsyncIterator[Start]:
     async def _start(argv: list[str], **execution: Any) -> Process:
         kill_grace = execution.pop("kill_grace", GRACE)
         run = make_run({"argv": argv, "cwd": str(tmp_path), **execution}, kill_grace)
-        process = await ProcessExecutor().start(run, 2, "worker-7", log)
+        process = await ProcessExecutor(as_this_user()).start(run, 2, "worker-7", log)
         started.append(process)
         return process
 
@@ -144,7 +137,9 @@ async def test_job_sees_its_identity_and_env(
         "ETCDSCHED_SCHEDULED_AT_MS": str(SLOT_MS),
         "ETCDSCHED_WORKER_ID": "worker-7",
     }
-    assert (env["JOB_VAR"], env["WORKER_VAR"]) == ("from-job", "from-worker")
+    assert env["JOB_VAR"] == "from-job"
+    assert "WORKER_VAR" not in env  # nothing of the worker's environment is inherited
+    assert env["HOME"] == env["TMPDIR"] != str(tmp_path)  # the attempt's scratch directory
 
 
 async def test_stdout_and_stderr_land_in_the_log(
@@ -329,12 +324,16 @@ def invocations(out: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
 
 
+RUNTIME_SANDBOX = as_this_user(allow=("FAKE_RUNTIME_OUT",))
+"""The fake runtime finds its output file in the environment it is given."""
+
+
 async def test_container_runs_through_the_runtime_cli(
     fake_docker: Path, store: DirLogStore, log: LogWriter
 ) -> None:
     execution = {"kind": "container", "image": "alpine:3", "args": ["echo", "hi"]}
     run = make_run({**execution, "env": {"JOB_VAR": "v"}})
-    process = await ProcessExecutor().start(run, 2, "worker-7", log)
+    process = await ProcessExecutor(RUNTIME_SANDBOX).start(run, 2, "worker-7", log)
     assert await process.wait() == ExitStatus(0, None)
     [call] = invocations(fake_docker)
     name = f"etcdsched-job-1_{SLOT_MS:014d}-2"
@@ -349,7 +348,7 @@ async def test_container_runs_through_the_runtime_cli(
 
 async def test_stopping_a_container_also_removes_it(fake_docker: Path, log: LogWriter) -> None:
     run = make_run({"kind": "container", "image": "sleepy"})
-    process = await ProcessExecutor().start(run, 1, "worker-7", log)
+    process = await ProcessExecutor(RUNTIME_SANDBOX).start(run, 1, "worker-7", log)
     await assert_eventually(lambda: invocations(fake_docker), timeout=5)
     await process.stop(GRACE)
     await process.wait()
@@ -363,7 +362,7 @@ async def test_no_container_runtime_is_invalid_input(
     monkeypatch.setenv("PATH", str(tmp_path))
     run = make_run({"kind": "container", "image": "alpine:3", "runtime": runtime})
     with pytest.raises(InvalidInput) as raised:
-        await ProcessExecutor().start(run, 1, "worker-7", log)
+        await ProcessExecutor(as_this_user()).start(run, 1, "worker-7", log)
     assert raised.value.field == "execution.runtime"
 
 
@@ -376,7 +375,8 @@ async def test_a_job_waits_for_its_guard_and_never_runs_if_the_agent_dies_first(
     marker = tmp_path / "ran"
     guarded: list[int] = []
     run = make_run({"argv": ["touch", str(marker)], "cwd": str(tmp_path)})
-    process = await ProcessExecutor().start(run, 2, "worker-7", log, guard=guarded.append)
+    executor = ProcessExecutor(as_this_user())
+    process = await executor.start(run, 2, "worker-7", log, guard=guarded.append)
     assert (await process.wait()).exit_code == 0 and marker.exists()
     assert guarded == [process.pgid]
 
@@ -386,6 +386,6 @@ async def test_a_job_waits_for_its_guard_and_never_runs_if_the_agent_dies_first(
         raise RuntimeError("killed between fork and go")
 
     with pytest.raises(RuntimeError):
-        await ProcessExecutor().start(run, 2, "worker-7", log, guard=agent_dies)
+        await ProcessExecutor(as_this_user()).start(run, 2, "worker-7", log, guard=agent_dies)
     await asyncio.sleep(0.5)
     assert not marker.exists()

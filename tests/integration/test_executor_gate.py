@@ -28,6 +28,7 @@ from etcdsched.worker.process_group import ExitStatus
 from etcdsched.worker.starter import ThreadStarter
 from tests.integration.test_executor import RUN_ID, make_run
 from tests.support.eventually import assert_eventually
+from tests.support.sandboxes import as_this_user
 
 EXIT_GATE_ABORTED = 125
 SETTLE = 5.0
@@ -53,7 +54,8 @@ async def prepare(log: LogWriter, tmp_path: Path) -> AsyncIterator[Prepare]:
         **execution: Any,
     ) -> Prepared:
         run = make_run({"argv": argv, "cwd": str(tmp_path), **execution})
-        job = await (executor or ProcessExecutor()).prepare(run, 2, "worker-7", log, guard)
+        executor = executor or ProcessExecutor(as_this_user())
+        job = await executor.prepare(run, 2, "worker-7", log, guard)
         prepared.append(job)
         return job
 
@@ -220,7 +222,7 @@ async def test_a_prepare_cancelled_mid_spawn_leaves_no_gate_fd(
 ) -> None:
     run = make_run({"argv": ["true"], "cwd": str(tmp_path)})
     before = open_pipes()
-    task = asyncio.create_task(ProcessExecutor().prepare(run, 2, "worker-7", log))
+    task = asyncio.create_task(ProcessExecutor(as_this_user()).prepare(run, 2, "worker-7", log))
     await asyncio.sleep(0)  # runs up to the fork's first await
     task.cancel()
     try:

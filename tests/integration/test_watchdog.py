@@ -20,6 +20,7 @@ import pytest
 
 from etcdsched.worker.watchdog import Watchdog
 from tests.support.eventually import wait_until
+from tests.support.procs import alive
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -40,15 +41,6 @@ while True:
     watchdog.feed(time.monotonic() + ahead)
     time.sleep(0.2)
 """
-
-
-def alive(pid: int) -> bool:
-    """Running, as opposed to gone or a zombie (this sandbox's init does not reap)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except FileNotFoundError:
-        return False
-    return stat[stat.rfind(b")") + 2 :][:1] not in (b"Z", b"X")
 
 
 def dead(pid: int) -> Callable[[], None]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -64,6 +65,12 @@ class AgentProcess:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
 
+AS_THIS_USER = json.dumps({"*": str(os.geteuid())})
+"""``worker_run_as`` of the suite's agents: their jobs write ledgers in
+pytest's private temporary directories, so they run as the test's own user.
+tests/security runs jobs as other users (the default mapping)."""
+
+
 def agent_env(endpoints: list[str], prefix: str, log_dir: Path, **extra: object) -> dict[str, str]:
     env = {
         "ETCDSCHED_ETCD": ",".join(endpoints),
@@ -74,6 +81,17 @@ def agent_env(endpoints: list[str], prefix: str, log_dir: Path, **extra: object)
         "ETCDSCHED_RECONCILE_EVERY": "0.5",
         "ETCDSCHED_LOG_DIR": str(log_dir / "runlogs"),
         "ETCDSCHED_SHUTDOWN_GRACE": "15",
+        "ETCDSCHED_WORKER_RUN_AS": AS_THIS_USER,
+        "ETCDSCHED_SCRATCH_DIR": str(log_dir / "scratch"),
     }
     env.update({f"ETCDSCHED_{k.upper()}": str(v) for k, v in extra.items()})
     return env
+
+
+def alive(pid: int) -> bool:
+    """Running, as opposed to gone or a zombie (this sandbox's init does not reap)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except FileNotFoundError:
+        return False
+    return stat[stat.rfind(b")") + 2 :][:1] not in (b"Z", b"X")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +19,7 @@ from etcdsched.store.etcd import EtcdStore
 from etcdsched.store.jobs import JobService
 from etcdsched.store.keys import Keys
 from etcdsched.worker.executor import Executor, ProcessExecutor
+from etcdsched.worker.sandbox import Sandbox
 from etcdsched.worker.service import WorkerService
 from etcdsched.worker.starter import ThreadStarter
 
@@ -51,7 +53,7 @@ class Services:
             self.store,
             self.keys,
             SystemClock(),
-            executor or ProcessExecutor(),
+            executor or ProcessExecutor(Sandbox.from_config(cfg)),
             self.logs,
             starter=ThreadStarter(),
         )
@@ -85,6 +87,8 @@ async def services(
         reconcile_every=0.5,
         log_dir=tmp_path / "logs",
         shutdown_grace=1.0,
+        worker_run_as={"*": str(os.geteuid())},  # jobs write ledgers in tmp_path
+        scratch_dir=tmp_path / "scratch",
     )
     clock = SystemClock()
     await ensure_cluster(store, keys, PARTITIONS, clock.now_ms())
