@@ -22,6 +22,7 @@ from pathlib import Path
 
 from etcdsched.config import Config
 from etcdsched.logs.store import DirLogStore
+from etcdsched.model.errors import Conflict
 from etcdsched.runtime.clock import SystemClock
 from etcdsched.scheduler.service import SchedulerService, ensure_cluster
 from etcdsched.store.embedded import COMPACT_EVERY, EtcdMember, EtcdTuning
@@ -177,10 +178,13 @@ async def _ensure_admin_token(config: Config, data_dir: Path) -> None:
     store = await EtcdStore.connect(config.etcd_options())
     try:
         secret = await create_admin_token(store, Keys(config.prefix))
+    except Conflict as exc:  # the file was removed; the cluster's first token is made
+        log.warning("no %s, and no new one: %s", token_file, exc.message)
+        return
     finally:
         await store.close()
+    token_file.touch(mode=0o600)
     token_file.write_text(secret + "\n")
-    token_file.chmod(0o600)
     log.info("admin token written to %s", token_file)
 
 

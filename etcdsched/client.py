@@ -36,6 +36,7 @@ from etcdsched.api.schemas import (
     SkipPage,
     TenantView,
     TokenCreated,
+    TokenList,
 )
 from etcdsched.model.errors import EtcdschedError, QuotaExceeded
 from etcdsched.model.records import JobRecord, RunRecord
@@ -294,9 +295,24 @@ class Client:
     async def cluster(self) -> ClusterView:
         return await self._model(ClusterView, "GET", "/v1/cluster")
 
-    async def create_token(self, tenant: str, name: str, role: Role = "tenant") -> TokenCreated:
-        body = {"tenant": tenant, "name": name, "role": role}
+    async def create_token(
+        self,
+        name: str,
+        tenant: str | None = None,
+        role: Role = "editor",
+        expires_in: str | None = None,
+    ) -> TokenCreated:
+        """A new token (its secret is in the answer, and nowhere else ever);
+        ``tenant`` defaults to the caller's, ``expires_in`` is a duration."""
+        body: Params = {"name": name, "role": role}
+        _opt(body, tenant=tenant, expires_in=expires_in)
         return await self._model(TokenCreated, "POST", "/v1/tokens", body=body)
+
+    async def list_tokens(self) -> TokenList:
+        return await self._model(TokenList, "GET", "/v1/tokens")
+
+    async def revoke_token(self, token_id: str) -> None:
+        await self._send("DELETE", f"/v1/tokens/{_q(token_id)}")
 
     async def set_tenant(self, name: str, limits: TenantLimits | Mapping[str, Any]) -> TenantView:
         return await self._model(TenantView, "PUT", f"/v1/tenants/{_q(name)}", body=_body(limits))

@@ -11,7 +11,7 @@ import time
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from etcdsched.api import routes_cluster, routes_jobs, routes_runs
+from etcdsched.api import routes_cluster, routes_jobs, routes_runs, routes_tokens
 from etcdsched.api.auth import Authenticator, RateLimiter
 from etcdsched.api.errors import error_middleware
 from etcdsched.api.openapi import build_document
@@ -34,7 +34,12 @@ __all__ = [
     "serve_api",
 ]
 
-ROUTES: list[Route] = [*routes_jobs.ROUTES, *routes_runs.ROUTES, *routes_cluster.ROUTES]
+ROUTES: list[Route] = [
+    *routes_jobs.ROUTES,
+    *routes_runs.ROUTES,
+    *routes_tokens.ROUTES,
+    *routes_cluster.ROUTES,
+]
 
 
 @web.middleware
@@ -73,6 +78,7 @@ def make_app(services: ApiServices, config: Config) -> web.Application:
         openapi=build_document(ROUTES),
     )
     app[CONTEXT] = ctx
+    app.cleanup_ctx.append(auth.watching)
     for route in ROUTES:
         app.router.add_route(route.method, route.path, bind(route, ctx), name=route.operation_id)
     return app

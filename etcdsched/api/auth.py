@@ -1,37 +1,52 @@
-"""Bearer tokens, tenants and per-tenant submission rates.
+"""Bearer tokens, their roles, tenants and per-tenant submission rates.
 
 A token is a random secret shown to its owner once; etcd keeps only its
 SHA-256 (``tokens/<sha256>`` -> :class:`TokenRecord`), so a copy of etcd does
-not hand out credentials. A token either belongs to a tenant (sees and
-changes only that tenant's jobs and runs; anything else is reported as not
-found, so tenants cannot probe each other's ids) or is an admin token (sees
-everything, manages tokens and tenants).
+not hand out credentials. The hash is also the token's public id (to list
+and revoke it). Roles, each allowing what the one before it does:
 
-Lookups are cached in-process for :data:`CACHE_SECONDS`: a token or tenant
-limit changed through another API instance takes up to that long to apply
-here. Unknown tokens are never cached, so a new token works at once.
+* ``viewer``: reads its tenant's jobs, runs and logs;
+* ``editor``: also creates, changes, triggers and cancels them;
+* ``tenant-admin``: also manages its tenant's tokens;
+* ``admin``: everything, every tenant, the cluster view, tenants' limits.
+
+Every API instance watches ``tokens/``: a token created or revoked through
+any instance applies everywhere as soon as the watch delivers it (within a
+few milliseconds), and an unknown token costs no etcd read. While the watch
+is broken (etcd unreachable), tokens are read from etcd instead. Failed
+authentications are limited per client address (429), so guessing tokens
+cannot turn into load.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import math
 import secrets
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, NoReturn
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from etcdsched.model.errors import Conflict, QuotaExceeded, Unauthorized
 from etcdsched.model.records import Record
 from etcdsched.model.spec import TENANT_PATTERN
 from etcdsched.runtime.clock import Clock, SystemClock
+from etcdsched.store.cache import PrefixCache
 from etcdsched.store.keys import Keys
-from etcdsched.store.kv import Cmp, Ops, Store
+from etcdsched.store.kv import Cmp, Ops, Store, prefix_end
 
-Role = Literal["admin", "tenant"]
+Role = Literal["viewer", "editor", "tenant-admin", "admin"]
+ROLE_RANK: dict[str, int] = {"viewer": 0, "editor": 1, "tenant-admin": 2, "admin": 3}
 CACHE_SECONDS = 2.0
 SECRET_PREFIX = "esk_"
+FAILED_AUTH_PER_SECOND = 5.0
+"""Unknown tokens a client address may present per second, after a burst of
+:data:`FAILED_AUTH_BURST`."""
+FAILED_AUTH_BURST = 20.0
+LAST_USED_EVERY_MS = 60_000
+"""A token's last-used time is written at most this often."""
 
 
 class TokenRecord(Record):
@@ -41,6 +56,15 @@ class TokenRecord(Record):
     role: Role
     name: str
     created_ms: int = 0
+    expires_ms: int | None = None
+    last_used_ms: int = 0
+    """Written at most every minute per API instance (not on every call)."""
+
+    @field_validator("role", mode="before")
+    @classmethod
+    def _earlier_roles(cls, role: Any) -> Any:
+        """Tokens made before roles had levels said ``tenant``: an editor."""
+        return "editor" if role == "tenant" else role
 
 
 class TenantLimits(BaseModel):
@@ -77,10 +101,15 @@ class Principal:
     name: str
     tenant: str
     role: Role
+    token_id: str = ""
 
     @property
     def is_admin(self) -> bool:
         return self.role == "admin"
+
+    def can(self, role: Role) -> bool:
+        """Whether this caller's role includes ``role``'s rights."""
+        return ROLE_RANK[self.role] >= ROLE_RANK[role]
 
     def sees(self, tenant: str) -> bool:
         return self.is_admin or tenant == self.tenant
@@ -95,24 +124,62 @@ def new_secret() -> str:
 
 
 async def create_token(
-    store: Store, keys: Keys, *, tenant: str, role: Role, name: str, now_ms: int
-) -> str:
-    """Store a new token's hash and return the secret (shown once).
+    store: Store,
+    keys: Keys,
+    *,
+    tenant: str,
+    role: Role,
+    name: str,
+    now_ms: int,
+    expires_ms: int | None = None,
+) -> tuple[str, str]:
+    """Store a new token's hash; return the secret (shown once) and its id.
     Compare: the hash key is absent (a collision of 256 random bits would
     otherwise overwrite another token)."""
-    record = TokenRecord(tenant=tenant, role=role, name=name, created_ms=now_ms)
+    record = TokenRecord(
+        tenant=tenant, role=role, name=name, created_ms=now_ms, expires_ms=expires_ms
+    )
     secret = new_secret()
-    key = keys.token(hash_token(secret))
+    token_id = hash_token(secret)
+    key = keys.token(token_id)
     result = await store.txn([Cmp.absent(key)], [Ops.put(key, record)])
     if not result.succeeded:
         raise Conflict("token collision; try again")
+    return secret, token_id
+
+
+async def bootstrap_admin_token(
+    store: Store, keys: Keys, now_ms: int, name: str = "bootstrap"
+) -> str:
+    """The first admin token of a cluster, made once: refused when an admin
+    token exists or one was bootstrapped before (even if since revoked:
+    then an admin makes the next one). Compare: the bootstrap marker is
+    absent, so two bootstraps at once make one token."""
+    prefix = keys.tokens_prefix()
+    page = await store.range(prefix, prefix_end(prefix))
+    if any(kv.decode(TokenRecord).value.role == "admin" for kv in page.kvs):
+        raise Conflict("an admin token exists already: ask its holder for a new one")
+    record = TokenRecord(tenant="default", role="admin", name=name, created_ms=now_ms)
+    secret = new_secret()
+    marker, key = keys.admin_bootstrap(), keys.token(hash_token(secret))
+    result = await store.txn(
+        [Cmp.absent(marker), Cmp.absent(key)],
+        [Ops.put(marker, BootstrapRecord(created_ms=now_ms)), Ops.put(key, record)],
+    )
+    if not result.succeeded:
+        raise Conflict("the first admin token was made already (bootstrap runs once)")
     return secret
 
 
+class BootstrapRecord(Record):
+    """Value of ``meta/admin-bootstrap``."""
+
+    created_ms: int
+
+
 async def create_admin_token(store: Store, keys: Keys, *, name: str = "admin") -> str:
-    """An admin token for ``etcdsched up``'s first start; returns the secret."""
-    now = SystemClock().now_ms()
-    return await create_token(store, keys, tenant="default", role="admin", name=name, now_ms=now)
+    """``etcdsched up``'s first admin token (its bootstrap, on first start)."""
+    return await bootstrap_admin_token(store, keys, SystemClock().now_ms(), name)
 
 
 async def put_tenant(
@@ -146,28 +213,71 @@ class _TtlCache:
 
 
 class Authenticator:
-    """Resolves bearer tokens and tenant records, with a short cache."""
+    """Resolves bearer tokens (from a watched copy of ``tokens/``) and
+    tenant records (with a short cache); see the module doc."""
 
     def __init__(self, store: Store, keys: Keys, clock: Clock, ttl: float = CACHE_SECONDS) -> None:
         self._store = store
         self._keys = keys
+        self._clock = clock
         self._cache = _TtlCache(clock, ttl)
+        self.tokens = PrefixCache(store, clock, keys.tokens_prefix())
+        self._failures = RateLimiter(clock)
+        self._used: dict[str, int] = {}
+        """Token id -> when it was last used here, not yet written."""
 
-    async def authenticate(self, authorization: str | None) -> Principal:
+    async def watching(self, _app: object = None) -> Any:
+        """Keep the token copy current while the API runs (an aiohttp cleanup context)."""
+        tasks = [asyncio.create_task(self.tokens.run(), name="tokens")]
+        tasks.append(asyncio.create_task(self._write_last_used(), name="tokens-used"))
+        yield
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def authenticate(self, authorization: str | None, client: str = "") -> Principal:
         scheme, _, secret = (authorization or "").partition(" ")
         if scheme.lower() != "bearer" or not secret.strip():
             raise Unauthorized("missing bearer token (Authorization: Bearer <token>)")
-        key = self._keys.token(hash_token(secret.strip()))
-        cached = self._cache.get(key)
-        if isinstance(cached, Principal):
-            return cached
+        token_id = hash_token(secret.strip())
+        record = await self._record(token_id, client)
+        now_ms = self._clock.now_ms()
+        if record is None or (record.expires_ms is not None and record.expires_ms <= now_ms):
+            raise Unauthorized("unknown, expired or revoked token")
+        self._used[token_id] = now_ms
+        return Principal(record.name, record.tenant, record.role, token_id)
+
+    async def _record(self, token_id: str, client: str) -> TokenRecord | None:
+        """From the watched copy; a token it lacks (not there, or made a
+        moment ago and not yet seen) is read from etcd, but a client address
+        whose tokens were unknown more than :data:`FAILED_AUTH_PER_SECOND`
+        times a second (after a burst) is refused before any read."""
+        key = self._keys.token(token_id)
+        kv = self.tokens.items.get(key) if self.tokens.ready.is_set() else None
+        if kv is not None:
+            return kv.decode(TokenRecord).value
+        address = client or "?"
+        limit = (FAILED_AUTH_PER_SECOND, FAILED_AUTH_BURST)
+        why = f"too many unknown tokens from {client or 'this client'}"
+        self._failures.check(address, *limit, what=why)
         kv = await self._store.get(key)
         if kv is None:
-            raise Unauthorized("unknown or revoked token")
-        record = kv.decode(TokenRecord).value
-        principal = Principal(name=record.name, tenant=record.tenant, role=record.role)
-        self._cache.put(key, principal)
-        return principal
+            self._failures.take(address, *limit, what=why)
+            return None
+        return kv.decode(TokenRecord).value
+
+    async def _write_last_used(self) -> None:
+        """Every minute, the last use of each token used here. Compare: the
+        token is unchanged since we read it, so a revoked token stays gone."""
+        while True:
+            await self._clock.sleep(LAST_USED_EVERY_MS / 1000)
+            used, self._used = self._used, {}
+            for token_id, used_ms in used.items():
+                kv = await self._store.get(self._keys.token(token_id))
+                if kv is None:
+                    continue
+                record = kv.decode(TokenRecord).value.model_copy(update={"last_used_ms": used_ms})
+                await self._store.txn([Cmp.mod(kv.key, kv.mod_revision)], [Ops.put(kv.key, record)])
 
     async def tenant(self, name: str) -> TenantRecord | None:
         key = self._keys.tenant(name)
@@ -192,16 +302,36 @@ class RateLimiter:
         self._clock = clock
         self._buckets: dict[str, tuple[float, float]] = {}
 
-    def take(self, tenant: str, rate: float) -> None:
-        capacity = max(1.0, rate)
-        now = self._clock.monotonic()
-        tokens, last = self._buckets.get(tenant, (capacity, now))
-        tokens = min(capacity, tokens + (now - last) * rate)
+    def take(
+        self, tenant: str, rate: float, burst: float | None = None, what: str = ""
+    ) -> None:
+        """Take one from ``tenant``'s bucket (any key: a tenant, a client
+        address), or raise 429 with when to retry (at most an hour)."""
+        tokens, now = self._refill(tenant, rate, burst)
         if tokens < 1.0:
-            self._buckets[tenant] = (tokens, now)
-            wait = (1.0 - tokens) / rate
-            raise QuotaExceeded(
-                f"tenant {tenant} is over {rate:g} submissions per second",
-                retry_after=float(max(1, math.ceil(wait))),
-            )
+            self._refuse(tenant, rate, tokens, now, what)
         self._buckets[tenant] = (tokens - 1.0, now)
+
+    def check(
+        self, tenant: str, rate: float, burst: float | None = None, what: str = ""
+    ) -> None:
+        """Raise 429 as :meth:`take` would, without taking anything."""
+        tokens, now = self._refill(tenant, rate, burst)
+        if tokens < 1.0:
+            self._refuse(tenant, rate, tokens, now, what)
+
+    def _refill(self, key: str, rate: float, burst: float | None) -> tuple[float, float]:
+        capacity = max(1.0, burst if burst is not None else rate)
+        now = self._clock.monotonic()
+        if len(self._buckets) > 100_000:  # many client addresses: forget the idle ones
+            self._buckets = {k: v for k, v in self._buckets.items() if now - v[1] < 60}
+        tokens, last = self._buckets.get(key, (capacity, now))
+        return min(capacity, tokens + (now - last) * rate), now
+
+    def _refuse(self, key: str, rate: float, tokens: float, now: float, what: str) -> NoReturn:
+        self._buckets[key] = (tokens, now)
+        wait = (1.0 - tokens) / rate
+        raise QuotaExceeded(
+            what or f"tenant {key} is over {rate:g} submissions per second",
+            retry_after=float(min(3600, max(1, math.ceil(wait)))),
+        )

@@ -15,7 +15,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from pydantic import ValidationError
 
-from etcdsched.model.errors import EtcdschedError, InvalidInput, QuotaExceeded
+from etcdsched.model.errors import EtcdschedError, InvalidInput, QuotaExceeded, Unauthorized
 
 log = logging.getLogger(__name__)
 MAX_LISTED_ERRORS = 5
@@ -70,7 +70,9 @@ def validation_response(exc: ValidationError, prefix: tuple[str, ...] = ()) -> w
 def _etcdsched_response(exc: EtcdschedError) -> web.Response:
     headers = None
     if isinstance(exc, QuotaExceeded):
-        headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after)))}
+        headers = {"Retry-After": str(min(3600, max(1, math.ceil(exc.retry_after))))}
+    if isinstance(exc, Unauthorized):  # RFC 6750: say which scheme to use
+        headers = {"WWW-Authenticate": 'Bearer realm="etcdsched"'}
     if exc.http_status >= 500:
         log.warning("request failed: %s: %s", exc.code, exc.message)
     return error_response(exc.http_status, exc.code, exc.message, exc.field, headers)

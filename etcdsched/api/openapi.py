@@ -96,8 +96,11 @@ def _operation(route: Route, schemas: Schemas, defs: dict[str, Any]) -> dict[str
             "required": True,
             "content": {"application/json": {"schema": schema}},
         }
-    if route.auth == "none":
+    if route.needs == "none":
         operation["security"] = []
+    else:
+        operation["x-etcdsched-role"] = route.needs
+        operation["description"] = f"Needs a token with the {route.needs} role or above."
     return operation
 
 

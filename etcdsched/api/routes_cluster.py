@@ -9,15 +9,13 @@ import re
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from etcdsched.api.auth import TenantLimits, TenantRecord, create_token, put_tenant
+from etcdsched.api.auth import TenantLimits, TenantRecord, put_tenant
 from etcdsched.api.routing import Call, Route, json_model
 from etcdsched.api.schemas import (
     ClusterView,
     Health,
     OwnerView,
     TenantView,
-    TokenBody,
-    TokenCreated,
 )
 from etcdsched.model.errors import EtcdschedError, InvalidInput, NotFound
 from etcdsched.model.records import OwnerRecord, SchedulerMember, WorkerMember
@@ -78,21 +76,6 @@ async def cluster(call: Call) -> web.StreamResponse:
     return json_model(view)
 
 
-async def create_api_token(call: Call) -> web.StreamResponse:
-    body = call.body_as(TokenBody)
-    services = call.services
-    secret = await create_token(
-        services.store,
-        services.keys,
-        tenant=body.tenant,
-        role=body.role,
-        name=body.name,
-        now_ms=services.clock.now_ms(),
-    )
-    created = TokenCreated(token=secret, tenant=body.tenant, role=body.role, name=body.name)
-    return json_model(created, 201)
-
-
 def _tenant_name(call: Call) -> str:
     name = call.match("tenant")
     if not re.match(TENANT_PATTERN, name):
@@ -147,19 +130,9 @@ ROUTES = [
         "GET",
         "/v1/cluster",
         cluster,
-        "Schedulers, workers, owners, queue",
+        "Schedulers, workers, owners, queue (admin)",
         "cluster",
         response=ClusterView,
-    ),
-    Route(
-        "POST",
-        "/v1/tokens",
-        create_api_token,
-        "Create an API token (admin)",
-        "admin",
-        body=TokenBody,
-        response=TokenCreated,
-        status=201,
         auth="admin",
     ),
     Route(

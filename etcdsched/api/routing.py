@@ -25,7 +25,8 @@ from etcdsched.api.services import ApiServices
 from etcdsched.model.errors import Forbidden, PayloadTooLarge
 
 M = TypeVar("M", bound=BaseModel)
-AuthMode = Literal["none", "any", "admin"]
+AuthMode = Literal["none", "viewer", "editor", "tenant-admin", "admin"]
+"""Who may call a route: nobody needs a token (none), or a token of at least this role."""
 
 
 @dataclass(frozen=True)
@@ -98,9 +99,17 @@ class Route:
     query: type[BaseModel] | None = None
     response: type[BaseModel] | None = None
     status: int = 200
-    auth: AuthMode = "any"
+    auth: AuthMode | None = None
+    """Default: ``viewer`` for reads (GET), ``editor`` for every other method."""
     headers: tuple[Header, ...] = ()
     media_type: str = "application/json"
+
+    @property
+    def needs(self) -> AuthMode:
+        """Who may call it (see :data:`AuthMode`)."""
+        if self.auth is not None:
+            return self.auth
+        return "viewer" if self.method == "GET" else "editor"
 
     @property
     def operation_id(self) -> str:
@@ -148,10 +157,11 @@ def bind(route: Route, ctx: ApiContext) -> Callable[[web.Request], Awaitable[web
 
     async def handle(request: web.Request) -> web.StreamResponse:
         principal = None
-        if route.auth != "none":
-            principal = await ctx.auth.authenticate(request.headers.get("Authorization"))
-            if route.auth == "admin" and not principal.is_admin:
-                raise Forbidden("this operation needs an admin token")
+        if route.needs != "none":
+            authorization = request.headers.get("Authorization")
+            principal = await ctx.auth.authenticate(authorization, request.remote or "")
+            if not principal.can(route.needs):
+                raise Forbidden(f"this operation needs a token with the {route.needs} role or above")
         query = parse_query(request, route.query) if route.query else None
         body = await parse_body(request, route.body, ctx.max_body_bytes) if route.body else None
         return await route.handler(Call(request, ctx, principal, body, query))

@@ -24,7 +24,7 @@ from etcdsched.model.records import (
     SkipRecord,
     WorkerMember,
 )
-from etcdsched.model.spec import TENANT_PATTERN, JobSpec
+from etcdsched.model.spec import TENANT_PATTERN, JobSpec, PosDuration
 from etcdsched.model.states import RunState
 
 MAX_PAGE = 1000
@@ -78,9 +78,12 @@ class CancelBody(_Input):
 
 
 class TokenBody(_Input):
-    tenant: str = Field(pattern=TENANT_PATTERN)
-    role: Role = "tenant"
-    name: str = Field(min_length=1, max_length=128)
+    tenant: str | None = Field(
+        None, pattern=TENANT_PATTERN, description="Default: the caller's own tenant."
+    )
+    role: Role = "editor"
+    name: str = Field(min_length=1, max_length=128, description="Who or what holds it.")
+    expires_in: PosDuration | None = Field(None, description="e.g. 30d; default: never.")
 
 
 # -- query strings ---------------------------------------------------------
@@ -177,11 +180,22 @@ class RunView(RunRecord):
     explain: Explain | None = None
 
 
-class TokenCreated(_Output):
-    token: str = Field(description="The secret; shown only this once.")
+class TokenView(_Output):
+    id: str = Field(description="The SHA-256 of the secret: names the token, reveals nothing.")
     tenant: str
     role: Role
     name: str
+    created_ms: int = 0
+    expires_ms: int | None = None
+    last_used_ms: int = Field(0, description="Updated at most once a minute; 0: never used.")
+
+
+class TokenCreated(TokenView):
+    token: str = Field(description="The secret; shown only this once.")
+
+
+class TokenList(_Output):
+    items: list[TokenView]
 
 
 class TenantView(_Output):

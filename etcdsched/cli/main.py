@@ -10,35 +10,19 @@ Human-readable tables by default; ``--output json`` for scripts.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TextIO, TypeVar
+from typing import Any, TextIO
 
 import aiohttp
 import click
 
-from etcdsched.api.auth import Role
 from etcdsched.bench.command import bench
 from etcdsched.cli import support as out
+from etcdsched.cli.context import Cli, pass_cli
 from etcdsched.cli.processes import agent, up
-from etcdsched.client import Client, SyncClient
-from etcdsched.model.errors import EtcdschedError
-
-T = TypeVar("T")
-
-
-@dataclass
-class Cli:
-    url: str | None
-    token: str | None
-    output: str
-
-    def call(self, fn: Callable[[Client], Awaitable[T]]) -> T:
-        return SyncClient(*out.resolve_connection(self.url, self.token)).call(fn)
-
-    def stream(self, fn: Callable[[Client], Any], sink: Callable[[bytes], None]) -> None:
-        SyncClient(*out.resolve_connection(self.url, self.token)).stream(fn, sink)
+from etcdsched.cli.tokens import token
+from etcdsched.client import Client
+from etcdsched.model.errors import EtcdschedError, Unauthorized
 
 
 class _Main(click.Group):
@@ -50,6 +34,9 @@ class _Main(click.Group):
         except EtcdschedError as exc:
             where = f" (field: {exc.field})" if exc.field else ""
             click.echo(f"error: {exc.code}: {exc.message}{where}", err=True)
+            if isinstance(exc, Unauthorized) and isinstance(ctx.obj, Cli):
+                conn = ctx.obj.connection()
+                click.echo(f"the URL and token came from {conn.source} ({conn.url})", err=True)
             ctx.exit(1)
         except aiohttp.ClientError as exc:
             click.echo(f"error: cannot reach the API: {exc}", err=True)
@@ -66,9 +53,6 @@ class _Main(click.Group):
 def main(ctx: click.Context, url: str | None, token: str | None, output: str) -> None:
     """etcdsched: a distributed job scheduler whose state lives in etcd."""
     ctx.obj = Cli(url, token, output)
-
-
-pass_cli = click.make_pass_decorator(Cli)
 
 
 # -- jobs ----------------------------------------------------------------------
@@ -322,23 +306,6 @@ def status(cli: Cli) -> None:
 
 
 @main.group()
-def token() -> None:
-    """API tokens (admin)."""
-
-
-@token.command("create")
-@click.option("--tenant", required=True)
-@click.option("--name", required=True, help="Who or what holds the token.")
-@click.option("--role", type=click.Choice(["tenant", "admin"]), default="tenant")
-@pass_cli
-def token_create(cli: Cli, tenant: str, name: str, role: str) -> None:
-    """Create a token; the secret is printed once."""
-    chosen: Role = "admin" if role == "admin" else "tenant"
-    created = cli.call(lambda c: c.create_token(tenant, name, chosen))
-    out.emit(cli.output, created, created.token)
-
-
-@main.group()
 def tenant() -> None:
     """Tenant limits (admin)."""
 
@@ -364,5 +331,6 @@ def tenant_set(
 
 # -- processes (``etcdsched.cli.processes``) and the benchmark ------------------
 main.add_command(up)
+main.add_command(token)
 main.add_command(agent)
 main.add_command(bench)  # etcdsched.bench.command imports only click; the rest is lazy

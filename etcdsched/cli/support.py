@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,14 +36,42 @@ def _file_settings() -> dict[str, str]:
     return {str(k): str(v) for k, v in data.items() if v is not None}
 
 
-def resolve_connection(url: str | None, token: str | None) -> tuple[str, str | None]:
-    """Flags (and their ``ETCDSCHED_URL``/``ETCDSCHED_TOKEN`` twins) first,
-    then ``./.etcdsched/admin.token`` (left by ``etcdsched up``), then
-    ``~/.config/etcdsched/config.yaml``."""
-    settings = _file_settings() if not (url and token) else {}
-    if token is None and LOCAL_TOKEN.is_file():
-        token = LOCAL_TOKEN.read_text().strip() or None
-    return url or settings.get("url", DEFAULT_URL), token or settings.get("token")
+@dataclass(frozen=True)
+class Connection:
+    """Where the API is and the token to call it with, both from one place."""
+
+    url: str
+    token: str | None
+    source: str
+    """Where they came from, said in errors."""
+
+
+LOOKED_AT = (
+    "--url/--token, ETCDSCHED_URL/ETCDSCHED_TOKEN, ~/.config/etcdsched/config.yaml,"
+    " ./.etcdsched/admin.token"
+)
+
+
+def resolve_connection(url: str | None, token: str | None) -> Connection:
+    """One rule, the first that says anything wins and gives both halves:
+
+    1. ``--url``/``--token`` (or ``ETCDSCHED_URL``/``ETCDSCHED_TOKEN``);
+    2. the config file (``~/.config/etcdsched/config.yaml``: ``url``, ``token``);
+    3. ``./.etcdsched/admin.token`` (left by ``etcdsched up``), with the
+       local URL, only when no URL was configured above.
+
+    A URL never pairs with a token from another place, so a token found in
+    the current directory cannot be sent to a configured remote API."""
+    if url or token:
+        return Connection(url or DEFAULT_URL, token, "--url/--token or ETCDSCHED_URL/_TOKEN")
+    settings = _file_settings()
+    if settings.get("url") or settings.get("token"):
+        url_ = settings.get("url", DEFAULT_URL)
+        return Connection(url_, settings.get("token"), str(config_file()))
+    if LOCAL_TOKEN.is_file():
+        local = LOCAL_TOKEN.read_text().strip() or None
+        return Connection(DEFAULT_URL, local, f"./{LOCAL_TOKEN}")
+    return Connection(DEFAULT_URL, None, f"nowhere (looked at {LOOKED_AT})")
 
 
 # -- job specs from flags ----------------------------------------------------

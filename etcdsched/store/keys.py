@@ -3,6 +3,7 @@
 Layout (under a configurable prefix, default ``/etcdsched/``)::
 
     meta/cluster                              cluster settings (partition count)
+    meta/admin-bootstrap                      the first admin token was made
     jobs/<job>                                job spec + state
     due/<pp>/<slot_ms:14>/<job>               a job's next slot, per partition
     nextdue/<job>                             copy of the job's due entry (finds it)
@@ -123,6 +124,10 @@ class Keys:
     # -- cluster ---------------------------------------------------------
     def cluster_meta(self) -> str:
         return f"{self.prefix}meta/cluster"
+
+    def admin_bootstrap(self) -> str:
+        """Written with the first admin token: there is only ever one first."""
+        return f"{self.prefix}meta/admin-bootstrap"
 
     # -- jobs ------------------------------------------------------------
     def jobs_prefix(self) -> str:

@@ -54,6 +54,15 @@ class Api:
             return resp.status, body, resp.headers
 
 
+    async def http_get(
+        self, base: str, path: str, token: str
+    ) -> tuple[int, Any, Mapping[str, str]]:
+        """A GET on another instance (``base``) with ``token``."""
+        headers = {"Authorization": f"Bearer {token}"}
+        async with self.http.get(base + path, headers=headers) as resp:
+            return resp.status, await resp.text(), resp.headers
+
+
 def spec(**overrides: Any) -> dict[str, Any]:
     """A valid job spec as JSON: every hour, runs ``true``."""
     base: dict[str, Any] = {
@@ -64,22 +73,30 @@ def spec(**overrides: Any) -> dict[str, Any]:
     return base
 
 
-@pytest_asyncio.fixture(loop_scope="session")
-async def api(store: EtcdStore, keys: Keys, tmp_path: Path) -> AsyncIterator[Api]:
-    clock = SystemClock()
-    logs = DirLogStore(tmp_path / "logs")
-    jobs = JobService(store, keys, clock, PARTITIONS)
-    services = ApiServices(store, keys, clock, PARTITIONS, jobs, logs)
+async def serve(services: ApiServices) -> tuple[str, web.AppRunner]:
+    """One API instance over ``services`` on a free loopback port."""
     app = make_app(services, Config(max_body_bytes=MAX_BODY))
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     host, port = runner.addresses[0][:2]
+    return f"http://{host}:{port}", runner
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def api(store: EtcdStore, keys: Keys, tmp_path: Path) -> AsyncIterator[Api]:
+    clock = SystemClock()
+    logs = DirLogStore(tmp_path / "logs")
+    jobs = JobService(store, keys, clock, PARTITIONS)
+    services = ApiServices(store, keys, clock, PARTITIONS, jobs, logs)
+    url, runner = await serve(services)
     admin = await create_admin_token(store, keys)
     now = clock.now_ms()
-    acme = await create_token(store, keys, tenant="acme", role="tenant", name="ann", now_ms=now)
-    globex = await create_token(store, keys, tenant="globex", role="tenant", name="gus", now_ms=now)
+    acme, _ = await create_token(store, keys, tenant="acme", role="editor", name="ann", now_ms=now)
+    globex, _ = await create_token(
+        store, keys, tenant="globex", role="editor", name="gus", now_ms=now
+    )
     async with aiohttp.ClientSession() as http:
-        yield Api(f"http://{host}:{port}", admin, acme, globex, services, logs, http)
+        yield Api(url, admin, acme, globex, services, logs, http)
     await runner.cleanup()

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from etcdsched.api.app import ROUTES, make_app
 from etcdsched.api.openapi import documented_operations
 from etcdsched.config import Config
+from etcdsched.model.errors import Forbidden
 from etcdsched.model.records import OwnerRecord, SchedulerMember, WorkerMember
 from etcdsched.model.spec import Capacity
 from etcdsched.runtime import metrics
@@ -28,7 +31,10 @@ async def test_cluster_view(api: Api) -> None:
     async with api.client(api.acme) as client:
         await client.create_job(spec(), job_id="q")
         run = await client.trigger_job("q")
-        view = await client.cluster()
+        with pytest.raises(Forbidden):  # hostnames, pids, labels: the operator's
+            await client.cluster()
+    async with api.client(api.admin) as admin:
+        view = await admin.cluster()
     assert view.partitions == PARTITIONS
     assert [w.id for w in view.workers] == ["w1"] and view.workers[0].capacity.slots == 4
     assert [s.id for s in view.schedulers] == ["s1"]
