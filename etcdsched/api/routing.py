@@ -161,7 +161,8 @@ def bind(route: Route, ctx: ApiContext) -> Callable[[web.Request], Awaitable[web
             authorization = request.headers.get("Authorization")
             principal = await ctx.auth.authenticate(authorization, request.remote or "")
             if not principal.can(route.needs):
-                raise Forbidden(f"this operation needs a token with the {route.needs} role or above")
+                needs = route.needs
+                raise Forbidden(f"this operation needs a token with the {needs} role or above")
         query = parse_query(request, route.query) if route.query else None
         body = await parse_body(request, route.body, ctx.max_body_bytes) if route.body else None
         return await route.handler(Call(request, ctx, principal, body, query))
