@@ -68,6 +68,11 @@ async def run_agent(config: Config, roles: set[str], stop: asyncio.Event | None 
     unknown = roles - ROLES
     if unknown or not roles:
         raise ValueError(f"roles must be a non-empty subset of {sorted(ROLES)}")
+    if "worker" in roles and config.worker_tenants is None:
+        raise ValueError(
+            'a worker must say whose runs it takes: ETCDSCHED_WORKER_TENANTS=\'["team-a"]\''
+            ' (or \'["*"]\' for every tenant)'
+        )
     stop = stop or _stop_on_signals()
     _watch_children_with_pidfds()
     store = await EtcdStore.connect(config.etcd_options())
@@ -153,6 +158,8 @@ async def run_up(config: Config, data_dir: Path, etcd: str | None = None) -> Non
     data_dir.mkdir(parents=True, exist_ok=True)
     data_dir.chmod(0o700)  # the agent's alone: etcd, tokens, passwords, logs
     settings: dict[str, object] = {"log_dir": data_dir / "logs"}
+    if config.worker_tenants is None:
+        settings["worker_tenants"] = ["*"]  # one user's laptop: every tenant
     if etcd is None:
         member = start_embedded_etcd(
             data_dir, config.embedded_client_port, config.embedded_peer_port

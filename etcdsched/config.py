@@ -70,6 +70,11 @@ class Config(BaseSettings):
     worker_memory_mb: int = Field(0, ge=0)
     worker_gpu: int = Field(0, ge=0)
     worker_labels: dict[str, str] = Field(default_factory=dict)
+    worker_tenants: list[str] | None = Field(
+        None,
+        description='Tenants whose runs this worker takes (JSON list; ["*"]: all). Required'
+        " for a worker started with `agent`; `up` serves all.",
+    )
     executor: str = Field("process", description="'process', or 'noop' for benchmarks.")
     shutdown_grace: float = Field(30.0, ge=0)
     log_dir: Path = Path(".etcdsched/logs")

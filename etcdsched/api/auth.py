@@ -79,6 +79,12 @@ class TenantLimits(BaseModel):
     submissions_per_second: float | None = Field(
         None, gt=0, description="Job creations, triggers and backfills per second (per API)."
     )
+    selectors: dict[str, list[str]] | None = Field(
+        None,
+        description="Worker labels the tenant's selectors may ask for, and their allowed"
+        ' values (e.g. {"pool": ["team-a", "shared"]}); null: any. A job asking for a label'
+        " or value not listed is refused (422).",
+    )
     loader_env: bool = Field(
         False,
         description="Whether the tenant's jobs may set loader and interpreter variables"

@@ -10,7 +10,7 @@ import hashlib
 
 from aiohttp import web
 
-from etcdsched.api.auth import Principal
+from etcdsched.api.auth import Principal, TenantLimits
 from etcdsched.api.paging import after_cursor, filtered_range
 from etcdsched.api.routes_runs import cancel_run
 from etcdsched.api.routing import Call, Header, Route, json_model
@@ -79,24 +79,32 @@ async def _replayed(call: Call, tenant: str, key: str | None) -> bool:
     return await services.store.get(services.keys.idempotency(tenant, digest)) is not None
 
 
-async def _allowed_env(call: Call, spec: JobSpec) -> JobSpec:
-    """Refuse loader and interpreter variables unless an admin allowed the
-    tenant them: they change what runs before the job's own code."""
+async def _tenant_allows(call: Call, spec: JobSpec) -> JobSpec:
+    """What an admin allows the tenant (its limits): loader and interpreter
+    variables, which change what runs before the job's own code, and the
+    worker labels its selector may ask for."""
+    tenant = await call.ctx.auth.tenant(spec.tenant)
+    limits = tenant.limits if tenant is not None else TenantLimits()
     names = loader_variables(spec.execution.env)
-    if names:
-        tenant = await call.ctx.auth.tenant(spec.tenant)
-        if tenant is None or not tenant.limits.loader_env:
+    if names and not limits.loader_env:
+        raise InvalidInput(
+            f"tenant {spec.tenant} may not set {', '.join(names)} (an admin can allow it:"
+            " loader_env in the tenant's limits)",
+            field="spec.execution.env",
+        )
+    allowed = limits.selectors if limits.selectors is not None else {}
+    for label, value in spec.selector.items() if limits.selectors is not None else ():
+        if value not in allowed.get(label, []):
             raise InvalidInput(
-                f"tenant {spec.tenant} may not set {', '.join(names)} (an admin can allow it:"
-                " loader_env in the tenant's limits)",
-                field="spec.execution.env",
+                f"tenant {spec.tenant} may not select workers by {label}={value}",
+                field="spec.selector",
             )
     return spec
 
 
 async def create_job(call: Call) -> web.StreamResponse:
     body = call.body_as(CreateJobBody)
-    spec = await _allowed_env(call, _own_spec(call.who, body.spec))
+    spec = await _tenant_allows(call, _own_spec(call.who, body.spec))
     key = call.request.headers.get(IDEMPOTENCY.name)
     if not await _replayed(call, spec.tenant, key):
         await call.ctx.quotas.admit_job(spec.tenant)
@@ -164,7 +172,7 @@ async def replace_job(call: Call) -> web.StreamResponse:
     job_id = call.match("job_id")
     state = await visible_job(call, job_id)
     spec = _own_spec(call.who, call.body_as(ReplaceJobBody).spec, state.job.value.spec.tenant)
-    spec = await _allowed_env(call, spec)
+    spec = await _tenant_allows(call, spec)
     job = await call.services.jobs.replace(job_id, spec, if_version=_if_version(call))
     return json_model(job, headers=_etag(job))
 

@@ -1,7 +1,8 @@
 """API tokens: create, list, revoke (see :mod:`etcdsched.api.auth` for roles).
 
-An admin manages every token; a tenant-admin manages its own tenant's, and
-can give no one more than its own role. Another tenant's token is reported
+An admin manages every token; a tenant-admin manages its own tenant's
+tokens of no higher role than its own (so not an admin token that happens
+to name its tenant), and can give no one more than its own role. Another tenant's token is reported
 as not found, like any other tenant's object.
 """
 
@@ -28,6 +29,11 @@ def _may_grant(who: Principal, tenant: str, role: str) -> None:
         raise Forbidden(f"a token of tenant {who.tenant} cannot make tokens of {tenant}")
     if ROLE_RANK[role] > ROLE_RANK[who.role]:
         raise Forbidden(f"a {who.role} token cannot make a {role} token")
+
+
+def _manages(who: Principal, record: TokenRecord) -> bool:
+    """Its tenant's tokens of no higher role than the caller's (an admin: all)."""
+    return who.sees(record.tenant) and ROLE_RANK[record.role] <= ROLE_RANK[who.role]
 
 
 async def create_api_token(call: Call) -> web.StreamResponse:
@@ -60,7 +66,7 @@ async def list_tokens(call: Call) -> web.StreamResponse:
     views = []
     for key, kv in sorted(items.items()):
         record = kv.decode(TokenRecord).value
-        if call.who.sees(record.tenant):
+        if _manages(call.who, record):
             views.append(_view(key.removeprefix(prefix), record))
     return json_model(TokenList(items=views))
 
@@ -74,7 +80,7 @@ async def revoke_token(call: Call) -> web.StreamResponse:
     key = call.services.keys.token(token_id)
     for _ in range(3):
         kv = await call.services.store.get(key)
-        if kv is None or not call.who.sees(kv.decode(TokenRecord).value.tenant):
+        if kv is None or not _manages(call.who, kv.decode(TokenRecord).value):
             raise NotFound(f"token {token_id} not found", field="token_id")
         result = await call.services.store.txn([Cmp.mod(key, kv.mod_revision)], [Ops.delete(key)])
         if result.succeeded:

@@ -82,6 +82,7 @@ class BenchContext:
             "ETCDSCHED_WORKER_SLOTS": str(worker_slots or opts.worker_slots),
             "ETCDSCHED_SHUTDOWN_GRACE": str(SHUTDOWN_GRACE),
             "ETCDSCHED_LOG_DIR": str(log_dir / "runlogs"),
+            "ETCDSCHED_WORKER_TENANTS": '["*"]',
         }
         return Fleet(env, log_dir)
 

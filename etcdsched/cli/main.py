@@ -315,15 +315,25 @@ def tenant() -> None:
 @click.option("--max-jobs", type=click.IntRange(min=0))
 @click.option("--max-active-runs", type=click.IntRange(min=0))
 @click.option("--rate", type=click.FloatRange(min=0, min_open=True), help="Submissions/second.")
+@click.option(
+    "--allow-loader-env", is_flag=True, help="Jobs may set LD_*, PYTHONPATH, BASH_ENV, ..."
+)
 @pass_cli
 def tenant_set(
-    cli: Cli, name: str, max_jobs: int | None, max_active_runs: int | None, rate: float | None
+    cli: Cli,
+    name: str,
+    max_jobs: int | None,
+    max_active_runs: int | None,
+    rate: float | None,
+    allow_loader_env: bool,
 ) -> None:
-    """Set a tenant's limits (unset ones become unlimited)."""
+    """Set a tenant's limits (the whole set: unset ones become unlimited, and
+    loader variables forbidden unless --allow-loader-env)."""
     limits = {
         "max_jobs": max_jobs,
         "max_active_runs": max_active_runs,
         "submissions_per_second": rate,
+        "loader_env": allow_loader_env,
     }
     view = cli.call(lambda c: c.set_tenant(name, limits))
     out.emit(cli.output, view, out.fields(list(view.limits.model_dump().items())))

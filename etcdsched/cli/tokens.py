@@ -67,6 +67,8 @@ def token_revoke(cli: Cli, token_id: str) -> None:
     "--etcd-password-file", envvar="ETCDSCHED_ETCD_PASSWORD_FILE", type=click.Path(path_type=Path)
 )
 @click.option("--etcd-ca-cert", envvar="ETCDSCHED_ETCD_CA_CERT", type=click.Path(path_type=Path))
+@click.option("--etcd-cert", envvar="ETCDSCHED_ETCD_CERT", type=click.Path(path_type=Path))
+@click.option("--etcd-key", envvar="ETCDSCHED_ETCD_KEY", type=click.Path(path_type=Path))
 @click.option("--prefix", envvar="ETCDSCHED_PREFIX", default="/etcdsched/", show_default=True)
 @click.option("--name", default="bootstrap", show_default=True)
 def token_bootstrap(
@@ -74,6 +76,8 @@ def token_bootstrap(
     etcd_user: str | None,
     etcd_password_file: Path | None,
     etcd_ca_cert: Path | None,
+    etcd_cert: Path | None,
+    etcd_key: Path | None,
     prefix: str,
     name: str,
 ) -> None:
@@ -83,6 +87,8 @@ def token_bootstrap(
     options = EtcdOptions(
         endpoints=tuple(e.strip() for e in etcd.split(",") if e.strip()),
         ca_cert=etcd_ca_cert,
+        cert=etcd_cert,
+        key=etcd_key,
         username=etcd_user,
         password=password,
     )

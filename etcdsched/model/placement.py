@@ -1,6 +1,6 @@
 """Pure placement: which live worker gets a run.
 
-A worker fits when it is not draining, has every label the run's selector
+A worker fits when it is not draining, serves the run's tenant, has every label the run's selector
 asks for, and has free slots, cpu, memory and gpu for the run. Among those
 that fit, prefer a worker other than the one the last attempt ran on (a
 retry should move), then the one with the most free slots.
@@ -117,13 +117,18 @@ def fits(need: Sized, free: Sized, capacity: Sized) -> bool:
     return not (capacity.memory_mb > 0 and need.memory_mb > free.memory_mb)
 
 
-def never_fits(need: Resources, selector: dict[str, str], workers: list[WorkerView]) -> str:
+def never_fits(
+    need: Resources, selector: dict[str, str], tenant: str, workers: list[WorkerView]
+) -> str:
     """Why no live worker could ever take the run (empty if one could)."""
     if not workers:
         return "no live worker"
-    labelled = [w for w in workers if _labels_match(selector, w.member.labels)]
+    serving = [w for w in workers if serves(w.member.tenants, tenant)]
+    if not serving:
+        return f"no live worker serves tenant {tenant}"
+    labelled = [w for w in serving if _labels_match(selector, w.member.labels)]
     if not labelled:
-        return f"no worker has labels {selector}"
+        return f"no worker that serves tenant {tenant} has labels {selector}"
     if not any(fits(need, w.member.capacity, w.member.capacity) for w in labelled):
         return f"no worker has capacity for {need.model_dump()}"
     return ""
@@ -133,13 +138,24 @@ def _labels_match(selector: dict[str, str], labels: dict[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in selector.items())
 
 
+def serves(tenants: list[str], tenant: str) -> bool:
+    """Whether a worker declaring ``tenants`` takes runs of ``tenant``: a
+    selector can never send a run to a worker that does not serve its tenant."""
+    return "*" in tenants or tenant in tenants
+
+
 def choose_worker(
-    need: Resources, selector: dict[str, str], workers: list[WorkerView], avoid: str | None
+    need: Resources,
+    selector: dict[str, str],
+    tenant: str,
+    workers: list[WorkerView],
+    avoid: str | None,
 ) -> WorkerView | None:
     candidates = [
         w
         for w in workers
         if not w.member.draining
+        and serves(w.member.tenants, tenant)
         and _labels_match(selector, w.member.labels)
         and fits(need, w.free(), w.member.capacity)
     ]

@@ -249,6 +249,8 @@ class WorkerMember(Record):
     id: str
     capacity: Capacity
     labels: dict[str, str] = Field(default_factory=dict)
+    tenants: list[str] = Field(default_factory=lambda: ["*"])
+    """The tenants whose runs it takes (``*``: every tenant)."""
     host: str = ""
     pid: int = 0
     started_ms: int

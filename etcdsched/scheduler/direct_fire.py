@@ -99,7 +99,7 @@ class DirectPlacement:
     def _choose(run: RunRecord, views: dict[str, WorkerView]) -> WorkerView | None:
         """A worker with room for ``run``, counted as taken in ``views``."""
         need = run.spec.resources
-        worker = choose_worker(need, run.spec.selector, list(views.values()), None)
+        worker = choose_worker(need, run.spec.selector, run.tenant, list(views.values()), None)
         if worker is not None:
             views[worker.member.id] = worker.with_run(run.id, need)
         return worker

@@ -227,8 +227,9 @@ class PartitionPlacer:
             return None
         if dependency == "waiting":
             return None
+        spec = run.spec
         worker = choose_worker(
-            run.spec.resources, run.spec.selector, list(views.values()), self._last_worker(run)
+            spec.resources, spec.selector, run.tenant, list(views.values()), self._last_worker(run)
         )
         if worker is None:
             await self._note_never_fits(current, views, now_ms)
@@ -314,7 +315,7 @@ class PartitionPlacer:
         written only when it changes. A run that waits for a full worker
         gets no write: in a burst that would be one write per queued run."""
         run = current.value
-        why = never_fits(run.spec.resources, run.spec.selector, list(views.values()))
+        why = never_fits(run.spec.resources, run.spec.selector, run.tenant, list(views.values()))
         reason = f"waiting: {why}"
         if not why or run.reason == reason:
             return

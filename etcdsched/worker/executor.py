@@ -159,21 +159,19 @@ class ProcessExecutor(StartsAtOnce):
         the 30-minute fault run: a kill -9 landed between fork and guard and
         the job outlived its lost attempt's rerun). The gate also lets the
         fork happen ahead of the job's instant (ADR 0008)."""
-        missing = _not_executable(argv[0], job.env, job.cwd)
+        missing = _not_executable(argv[0], job.env, job.cwd) if job.user is None else None
         if missing is not None:
             job.on_end()
             return Prepared(_failed_start(argv, job.cwd, missing, log))
         gate_read, gate_write = os.pipe()
         try:
             proc = await asyncio.create_subprocess_exec(
-                *job.switch_user,
-                *GATE,
-                *argv,
+                *job.gate(argv),
                 stdin=gate_read,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 env=job.env,
-                cwd=job.cwd,
+                cwd=job.cwd if job.user is None else "/",
                 start_new_session=True,
             )
         except OSError as error:
@@ -208,22 +206,30 @@ class _JobLaunch:
     on_end: Callable[[], None]
     setpriv: str = "setpriv"
 
-    @property
-    def switch_user(self) -> list[str]:
-        """The prefix that becomes the job's user, with none of the agent's
-        groups, before the gate: ``setpriv`` (util-linux), exec'd as the
-        agent. Asking Python to switch instead (``user=``) would make it
-        ``fork`` the whole agent rather than ``vfork``: slower as the agent
-        grows, and gRPC's fork handlers then run in the child (seen: its
-        poller logging into the job's output)."""
+    def gate(self, argv: list[str]) -> list[str]:
+        """What to spawn: the gate, then ``argv``. For a job of another user,
+        ``setpriv`` (util-linux) first becomes that user, with none of the
+        agent's groups, and the gate enters the job's directory *as that
+        user*: a directory entered by the agent would hand the job what lies
+        below it even where the job may not pass. Asking Python to switch
+        instead (``user=``) would make it ``fork`` the whole agent rather
+        than ``vfork``: slower as the agent grows, and gRPC's fork handlers
+        then run in the child (seen: its poller logging into the job's output)."""
         if self.user is None:
-            return []
+            return [*GATE, *argv]
         ids = [f"--reuid={self.user.uid}", f"--regid={self.user.gid}", "--clear-groups"]
-        return [self.setpriv, *ids, "--"]
+        return [self.setpriv, *ids, "--", *GATE_IN_DIR, str(self.cwd), *argv]
 
 
 GATE = ["/bin/sh", "-c", 'read -r _ || exit 125; exec </dev/null; exec "$@"', "etcdsched-gate"]
 """Waits for the worker's go (its stdin), gives the job /dev/null as stdin."""
+GATE_IN_DIR = [
+    "/bin/sh",
+    "-c",
+    'read -r _ || exit 125; exec </dev/null; cd -- "$1" || exit 126; shift; exec "$@"',
+    "etcdsched-gate",
+]
+"""The gate, which then enters the directory given first (as the job's user)."""
 
 
 def _not_executable(program: str, env: dict[str, str], cwd: Path | None) -> OSError | None:

@@ -161,6 +161,7 @@ class WorkerService:
             id=self.member_id,
             capacity=self.capacity,
             labels=cfg.worker_labels,
+            tenants=cfg.worker_tenants or [],
             host=socket.gethostname(),
             pid=os.getpid(),
             started_ms=self.clock.now_ms(),

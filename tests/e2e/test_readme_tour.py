@@ -108,6 +108,7 @@ def _kill_a_worker_and_see_the_rerun(tour: Tour) -> None:
         "ETCDSCHED_WORKER_LABELS": '{"pool":"demo"}',
         "ETCDSCHED_ETCD_USER": "etcdsched",
         "ETCDSCHED_ETCD_PASSWORD_FILE": ".etcdsched/etcd.password",
+        "ETCDSCHED_WORKER_TENANTS": '["*"]',
     }
     workers = {
         name: tour.spawn("agent", "--role", "worker", env={**demo, "ETCDSCHED_MEMBER_ID": name})

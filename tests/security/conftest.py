@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from tests.api.conftest import api  # noqa: F401  (the in-process API fixture, for attacks on it)
 from tests.support.eventually import wait_until
 from tests.support.up_process import Tour
 

@@ -138,3 +138,12 @@ def test_attack_6_a_container_image_cannot_be_a_runtime_flag(
     status, body = cluster.call("POST", "/v1/jobs", {"spec": spec})
     assert status == 422, body
     assert body["error"]["field"].endswith("image"), body
+
+
+def test_a_job_cannot_work_in_a_directory_it_may_not_enter(cluster: Cluster) -> None:
+    """The job's user enters its cwd, not the agent: a cwd under the data
+    directory (0700) is refused instead of opening what lies below it."""
+    run = cluster.run_job("sneak", "b", "cat admin.token", cwd=str(cluster.data_dir))
+    out = cluster.log(run["id"])
+    assert run["state"] == "failed" and run["attempts"][-1]["exit_code"] == 126, run
+    assert cluster.admin_token not in out and "can't cd" in out

@@ -82,6 +82,7 @@ def agent_env(endpoints: list[str], prefix: str, log_dir: Path, **extra: object)
         "ETCDSCHED_LOG_DIR": str(log_dir / "runlogs"),
         "ETCDSCHED_SHUTDOWN_GRACE": "15",
         "ETCDSCHED_WORKER_RUN_AS": AS_THIS_USER,
+        "ETCDSCHED_WORKER_TENANTS": '["*"]',
         "ETCDSCHED_SCRATCH_DIR": str(log_dir / "scratch"),
     }
     env.update({f"ETCDSCHED_{k.upper()}": str(v) for k, v in extra.items()})

@@ -88,6 +88,7 @@ async def services(
         log_dir=tmp_path / "logs",
         shutdown_grace=1.0,
         worker_run_as={"*": str(os.geteuid())},  # jobs write ledgers in tmp_path
+        worker_tenants=["*"],
         scratch_dir=tmp_path / "scratch",
     )
     clock = SystemClock()

@@ -49,10 +49,15 @@ class Tour:
         return proc
 
     def cli(self, *args: str) -> str:
+        """The CLI as the README's user runs it, with the URL of this ``up``
+        (its port is not the default, so the token goes with it, as the
+        README says for that case)."""
+        token_file = self.workdir / ".etcdsched" / "admin.token"
+        token = {"ETCDSCHED_TOKEN": token_file.read_text().strip()} if token_file.exists() else {}
         result = subprocess.run(
             [sys.executable, "-m", "etcdsched", *args],
             cwd=self.workdir,
-            env=self.env,
+            env={**self.env, **token},
             capture_output=True,
             timeout=60,
         )
