@@ -4,6 +4,7 @@ limits which worker labels a tenant's selectors may ask for."""
 
 from __future__ import annotations
 
+from etcdsched.model.records import RunRecord
 from etcdsched.model.spec import JobSpec
 from etcdsched.model.states import RunState
 from tests.api.conftest import Api
@@ -11,6 +12,10 @@ from tests.support.e2e_jobs import wait_runs
 from tests.support.services import Services
 
 DEDICATED = {"pool": "tenant-a"}
+
+
+def ended(runs: list[RunRecord]) -> bool:
+    return bool(runs) and runs[0].state.terminal
 
 
 def job(tenant: str) -> JobSpec:
@@ -30,7 +35,7 @@ async def test_a_selector_cannot_reach_another_tenants_workers(services: Service
     intruder = await services.jobs.create(job("b"), "b-job")
     owner = await services.jobs.create(job("a"), "a-job")
 
-    [ran] = await wait_runs(services, owner.id, lambda runs: bool(runs) and runs[0].state.terminal)
+    [ran] = await wait_runs(services, owner.id, ended)
     assert ran.state is RunState.SUCCEEDED and ran.attempts[0].worker == "a-only"
 
     [waiting] = await wait_runs(
@@ -39,7 +44,7 @@ async def test_a_selector_cannot_reach_another_tenants_workers(services: Service
     assert waiting.state is RunState.PENDING and not waiting.attempts
 
     services.start_worker("shared", worker_labels=DEDICATED, worker_tenants=["*"])
-    [ran] = await wait_runs(services, intruder.id, lambda runs: bool(runs) and runs[0].state.terminal)
+    [ran] = await wait_runs(services, intruder.id, ended)
     assert ran.state is RunState.SUCCEEDED and ran.attempts[0].worker == "shared"
 
 
