@@ -202,8 +202,8 @@ class Client:
             JobRecord, "PUT", path, body={"spec": _body(spec)}, headers=headers
         )
 
-    async def delete_job(self, job_id: str, cancel_active: bool = False) -> DeleteResult:
-        params: Params = {"cancel_active": "true"} if cancel_active else {}
+    async def delete_job(self, job_id: str, cancel_active: bool = True) -> DeleteResult:
+        params: Params = {} if cancel_active else {"cancel_active": "false"}
         return await self._model(DeleteResult, "DELETE", f"/v1/jobs/{_q(job_id)}", params=params)
 
     async def pause_job(self, job_id: str) -> JobRecord:

@@ -1,5 +1,9 @@
 """Cursor pagination over a key range with a server-side filter.
 
+A cursor is opaque to clients (:func:`seal_cursor`) and is the last key
+read *within the listing's own prefix*: a tenant's listing reads only its
+tenant's keys, so its cursors never carry another tenant's.
+
 Filters the store cannot apply (tenant, state, labels) are applied to each
 page read. To bound the work of one request a page may come back with fewer
 items than asked for — even none — and a cursor: clients keep going until
@@ -8,9 +12,11 @@ items than asked for — even none — and a cursor: clients keep going until
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable
 from typing import TypeVar
 
+from etcdsched.model.errors import InvalidInput
 from etcdsched.store.kv import KV, Store
 
 T = TypeVar("T")
@@ -51,6 +57,22 @@ async def filtered_range(
             end = last
         else:
             start = last + "\0"
+
+
+def seal_cursor(key: str, prefix: str) -> str:
+    """The cursor that continues after ``key`` in a listing of ``prefix``."""
+    return base64.urlsafe_b64encode(key.removeprefix(prefix).encode()).decode().rstrip("=")
+
+
+def open_cursor(cursor: str, prefix: str) -> str:
+    """The key a cursor of this listing continues after, or a 422."""
+    try:
+        rest = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidInput("not a cursor of this listing", field="cursor") from None
+    if not rest or "\0" in rest:
+        raise InvalidInput("not a cursor of this listing", field="cursor")
+    return prefix + rest
 
 
 def after_cursor(start: str, end: str, cursor_key: str | None, descending: bool) -> tuple[str, str]:

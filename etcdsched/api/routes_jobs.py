@@ -11,7 +11,7 @@ import hashlib
 from aiohttp import web
 
 from etcdsched.api.auth import Principal, TenantLimits
-from etcdsched.api.paging import after_cursor, filtered_range
+from etcdsched.api.paging import after_cursor, filtered_range, open_cursor, seal_cursor
 from etcdsched.api.routes_runs import cancel_run
 from etcdsched.api.routing import Call, Header, Route, json_model
 from etcdsched.api.schemas import (
@@ -140,18 +140,18 @@ async def list_jobs(call: Call) -> web.StreamResponse:
             return None
         return job
 
-    prefix = keys.jobs_prefix()
-    cursor_key = keys.job(query.cursor) if query.cursor else None
+    prefix = keys.tenant_jobs_prefix(tenant) if tenant is not None else keys.jobs_prefix()
+    cursor_key = open_cursor(query.cursor, prefix) if query.cursor else None
     start, end = after_cursor(prefix, prefix_end(prefix), cursor_key, False)
     items, last = await filtered_range(
         call.services.store, start, end, limit=query.limit, accept=accept
     )
-    cursor = keys.parse_job(last) if last else None
+    cursor = seal_cursor(last, prefix) if last else None
     return json_model(JobPage(items=items, next_cursor=cursor))
 
 
 async def get_job(call: Call) -> web.StreamResponse:
-    state = await visible_job(call, call.match("job_id"))
+    state = await visible_job(call, call.job_id())
     job = state.job.value
     due = state.due.value.slot_ms if state.due and job.state == "active" else None
     view = JobView.model_validate({**job.model_dump(), "next_slot_ms": due})
@@ -169,7 +169,7 @@ def _if_version(call: Call) -> int | None:
 
 
 async def replace_job(call: Call) -> web.StreamResponse:
-    job_id = call.match("job_id")
+    job_id = call.job_id()
     state = await visible_job(call, job_id)
     spec = _own_spec(call.who, call.body_as(ReplaceJobBody).spec, state.job.value.spec.tenant)
     spec = await _tenant_allows(call, spec)
@@ -178,7 +178,7 @@ async def replace_job(call: Call) -> web.StreamResponse:
 
 
 async def delete_job(call: Call) -> web.StreamResponse:
-    job_id = call.match("job_id")
+    job_id = call.job_id()
     query = call.query_as(DeleteQuery)
     await visible_job(call, job_id)
     active = await call.services.jobs.delete(job_id)
@@ -195,20 +195,20 @@ async def delete_job(call: Call) -> web.StreamResponse:
 
 
 async def pause_job(call: Call) -> web.StreamResponse:
-    job_id = call.match("job_id")
+    job_id = call.job_id()
     await visible_job(call, job_id)
     return json_model(await call.services.jobs.pause(job_id))
 
 
 async def resume_job(call: Call) -> web.StreamResponse:
-    job_id = call.match("job_id")
+    job_id = call.job_id()
     await visible_job(call, job_id)
     body = call.body_as(ResumeBody)
     return json_model(await call.services.jobs.resume(job_id, catch_up=body.catch_up))
 
 
 async def trigger_job(call: Call) -> web.StreamResponse:
-    job_id = call.match("job_id")
+    job_id = call.job_id()
     job = (await visible_job(call, job_id)).job.value
     await call.ctx.quotas.admit_runs(job.spec.tenant, 1)
     run = await call.services.jobs.trigger(job_id, force=call.body_as(TriggerBody).force)
@@ -216,7 +216,7 @@ async def trigger_job(call: Call) -> web.StreamResponse:
 
 
 async def backfill_job(call: Call) -> web.StreamResponse:
-    job_id = call.match("job_id")
+    job_id = call.job_id()
     body = call.body_as(BackfillBody)
     job = (await visible_job(call, job_id)).job.value
     start, end = to_ms(body.start), to_ms(body.end)

@@ -102,7 +102,7 @@ async def cancel_run(
 async def cancel(call: Call) -> web.StreamResponse:
     body = call.body_as(CancelBody)
     reason = body.reason or f"cancelled by {call.who.name}"
-    run = await cancel_run(call.services, call.match("run_id"), reason, call.who.sees)
+    run = await cancel_run(call.services, call.run_id(), reason, call.who.sees)
     return json_model(run)
 
 
@@ -131,7 +131,7 @@ def _cursor_key(call: Call, job_id: str, cursor: str | None) -> str | None:
 
 
 async def list_runs(call: Call) -> web.StreamResponse:
-    job_id = call.match("job_id")
+    job_id = call.job_id()
     query = call.query_as(RunListQuery)
     exists = await _job_visibility(call, job_id)
     prefix = call.services.keys.runs_prefix(job_id)
@@ -158,7 +158,7 @@ async def list_runs(call: Call) -> web.StreamResponse:
 
 
 async def list_skips(call: Call) -> web.StreamResponse:
-    job_id = call.match("job_id")
+    job_id = call.job_id()
     query = call.query_as(PageQuery)
     if not await _job_visibility(call, job_id):
         raise NotFound(f"job {job_id} not found", field="job_id")
@@ -182,7 +182,7 @@ async def list_skips(call: Call) -> web.StreamResponse:
 
 
 async def get_run(call: Call) -> web.StreamResponse:
-    run = (await visible_run(call, call.match("run_id"))).value
+    run = (await visible_run(call, call.run_id())).value
     explain = Explain(
         pending_reason=await pending_reason(call.services, run),
         skips=await nearby_skips(call.services, run),
@@ -230,7 +230,7 @@ def _iso(ms: int | None) -> str:
 # -- logs ------------------------------------------------------------------
 async def run_log(call: Call) -> web.StreamResponse:
     query = call.query_as(LogQuery)
-    run = (await visible_run(call, call.match("run_id"))).value
+    run = (await visible_run(call, call.run_id())).value
     if query.follow:
         return await follow_log(call, run, query)
     chunk = await read_log(call.services, run, query.attempt, query.offset, query.limit)

@@ -22,7 +22,8 @@ from etcdsched.api.auth import Authenticator, Principal
 from etcdsched.api.errors import MalformedRequest
 from etcdsched.api.quotas import Quotas
 from etcdsched.api.services import ApiServices
-from etcdsched.model.errors import Forbidden, PayloadTooLarge
+from etcdsched.model.errors import Forbidden, NotFound, PayloadTooLarge
+from etcdsched.store.keys import JOB_ID_PATTERN, TENANT_SEP, tenant_of_job
 
 M = TypeVar("M", bound=BaseModel)
 AuthMode = Literal["none", "viewer", "editor", "tenant-admin", "admin"]
@@ -74,6 +75,19 @@ class Call:
     def match(self, name: str) -> str:
         return self.request.match_info[name]
 
+    def job_id(self) -> str:
+        """The path's job as a full id (``<tenant>:<name>``): a bare name is
+        the caller's own tenant's; another tenant's is not found."""
+        return full_id_for(self.who, self.match("job_id"), "job_id")
+
+    def run_id(self) -> str:
+        """The path's run, its job part resolved as :meth:`job_id` does."""
+        raw = self.match("run_id")
+        job_part, sep, seq = raw.rpartition("@")
+        if not sep:
+            raise NotFound(f"run {raw} not found", field="run_id")
+        return f"{full_id_for(self.who, job_part, 'run_id')}@{seq}"
+
     def body_as(self, model: type[M]) -> M:
         assert isinstance(self.body, model), f"route body is not {model.__name__}"
         return self.body
@@ -81,6 +95,19 @@ class Call:
     def query_as(self, model: type[M]) -> M:
         assert isinstance(self.query, model), f"route query is not {model.__name__}"
         return self.query
+
+
+def full_id_for(who: Principal, raw: str, field: str) -> str:
+    """``raw`` (a job name or full id, from a path) as a full job id, or 404:
+    another tenant's id is indistinguishable from a missing one."""
+    if not JOB_ID_PATTERN.match(raw):
+        raise NotFound(f"{raw} not found", field=field)
+    tenant = tenant_of_job(raw)
+    if tenant is None:
+        return f"{who.tenant}{TENANT_SEP}{raw}"
+    if not who.sees(tenant):
+        raise NotFound(f"{raw} not found", field=field)
+    return raw
 
 
 CallHandler = Callable[[Call], Awaitable[web.StreamResponse]]

@@ -121,7 +121,11 @@ class VersionQuery(_Input):
 
 
 class DeleteQuery(_Input):
-    cancel_active: bool = False
+    cancel_active: bool = Field(
+        True,
+        description="Cancel the job's runs still going (default); their ids are in the answer."
+        " The job's name cannot be used again until they have ended.",
+    )
 
 
 class LogQuery(_Input):

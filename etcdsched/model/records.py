@@ -122,6 +122,9 @@ class ClusterMeta(Record):
 
     partitions: int = Field(ge=1, le=1000)
     created_ms: int
+    layout: int = 1
+    """How keys are laid out: 2 since job ids carry their tenant. Data of
+    an earlier layout is refused with a clear error, never misread."""
 
 
 class ActivePointer(Record):

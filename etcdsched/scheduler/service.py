@@ -46,11 +46,15 @@ FIRING_IN_PARALLEL = 2
 """Partitions building and committing a firing batch at once (per scheduler)."""
 
 
+KEY_LAYOUT = 2
+"""See :attr:`etcdsched.model.records.ClusterMeta.layout`."""
+
+
 async def ensure_cluster(store: Store, keys: Keys, partitions: int, now_ms: int) -> ClusterMeta:
     """Create the cluster settings once (compare: absent); afterwards the
     stored partition count wins over any configured one. Retried while etcd
     is unavailable: a retry after an unknown outcome reads our own write."""
-    meta = ClusterMeta(partitions=partitions, created_ms=now_ms)
+    meta = ClusterMeta(partitions=partitions, created_ms=now_ms, layout=KEY_LAYOUT)
     key = keys.cluster_meta()
     for attempt in range(30):
         try:
@@ -62,7 +66,15 @@ async def ensure_cluster(store: Store, keys: Keys, partitions: int, now_ms: int)
             await asyncio.sleep(min(2.0, 0.1 * 2**attempt))
     if result.succeeded:
         return meta
-    return result.responses[0][0].decode(ClusterMeta).value
+    stored = result.responses[0][0].decode(ClusterMeta).value
+    if stored.layout != KEY_LAYOUT:
+        raise ValueError(
+            f"the etcd data under {keys.prefix} was written by an earlier etcdsched (key layout"
+            f" {stored.layout}, job ids without their tenant); this version needs layout"
+            f" {KEY_LAYOUT}: start with a new data directory or prefix (there is no migration"
+            " before 1.0)"
+        )
+    return stored
 
 
 @dataclass

@@ -16,6 +16,7 @@ raced no one, so that is no conflict for it.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import uuid
 from collections.abc import Awaitable, Callable
@@ -27,8 +28,9 @@ from etcdsched.model.records import DueEntry, JobRecord, SkipRecord
 from etcdsched.model.spec import JobSpec
 from etcdsched.model.triggers import count_slots_between, next_slot, slots_between
 from etcdsched.runtime.clock import Clock
+from etcdsched.store.dependencies import checked_dependencies
 from etcdsched.store.job_runs import ManualRuns, origin_of
-from etcdsched.store.keys import KeyError_, Keys, validate_job_id
+from etcdsched.store.keys import KeyError_, Keys, full_job_id
 from etcdsched.store.kv import KV, Cmp, Compare, Op, Ops, Store, Versioned
 from etcdsched.store.runs import RunOps, new_run
 
@@ -106,8 +108,14 @@ class JobService(ManualRuns):
         self, spec: JobSpec, job_id: str | None = None, idempotency_key: str | None = None
     ) -> JobRecord:
         """Create a job and its first due entry atomically. Compares: the job
-        key is absent, and so is the idempotency key if one was given."""
-        job_id = self._checked_id(job_id or f"job-{uuid.uuid4().hex[:12]}")
+        key is absent, and so is the idempotency key if one was given.
+
+        ``job_id`` is a name (or a full ``<tenant>:<name>`` id of the spec's
+        tenant); the job's id is the full one. A name whose earlier job was
+        deleted while its runs still end is refused until they have ended."""
+        job_id = self._checked_id(spec.tenant, job_id or f"job-{uuid.uuid4().hex[:12]}")
+        spec = await checked_dependencies(self.store, self.keys, job_id, spec)
+        await self._earlier_runs_ended(job_id)
         now = self.clock.now_ms()
         job = JobRecord(id=job_id, spec=spec, created_ms=now, updated_ms=now, anchor_ms=now)
         compares = [Cmp.absent(self.keys.job(job_id))]
@@ -154,11 +162,25 @@ class JobService(ManualRuns):
         return self.keys.idempotency(tenant, hashlib.sha256(key.encode()).hexdigest())
 
     @staticmethod
-    def _checked_id(job_id: str) -> str:
+    def _checked_id(tenant: str, name: str) -> str:
         try:
-            return validate_job_id(job_id)
+            return full_job_id(tenant, name)
         except KeyError_ as exc:
             raise InvalidInput(str(exc), field="id") from None
+
+    async def _earlier_runs_ended(self, job_id: str) -> None:
+        """A deleted job's runs end (cancelled) before its id is used again:
+        a new job of that id must not inherit them. Read before the create:
+        runs of a deleted job can only end, never start."""
+        job, active = await asyncio.gather(
+            self.store.get(self.keys.job(job_id)), self.active_run_ids(job_id)
+        )
+        if job is None and active:
+            raise Conflict(
+                f"runs of an earlier job {job_id} are still ending ({len(active)}); create it"
+                " again once they have",
+                field="id",
+            )
 
     def _schedule_ops(
         self, job: JobRecord, key_version: int, prev: DueEntry | None, after_ms: int
@@ -240,6 +262,7 @@ class JobService(ManualRuns):
             raise Conflict(f"job {job_id} is at version {old.version}", field="version")
         if spec.tenant != old.spec.tenant:
             raise InvalidInput("a job cannot move to another tenant", field="tenant")
+        spec = await checked_dependencies(self.store, self.keys, job_id, spec)
         now = self.clock.now_ms()
         job = old.model_copy(update={"spec": spec, "version": old.version + 1, "updated_ms": now})
         compares, ops = self._reschedule_ops(state, job, now)

@@ -4,7 +4,7 @@ Layout (under a configurable prefix, default ``/etcdsched/``)::
 
     meta/cluster                              cluster settings (partition count)
     meta/admin-bootstrap                      the first admin token was made
-    jobs/<job>                                job spec + state
+    jobs/<tenant>:<job>                       job spec + state (a job id is <tenant>:<name>)
     due/<pp>/<slot_ms:14>/<job>               a job's next slot, per partition
     nextdue/<job>                             copy of the job's due entry (finds it)
     runs/<job>/<seq>                          run record; seq = slot_ms:14 [-tag]
@@ -35,7 +35,14 @@ SLOT_WIDTH = 14
 PARTITION_WIDTH = 3
 MAX_PARTITIONS = 10**PARTITION_WIDTH
 MAX_RANK = 999
-JOB_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+JOB_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+"""What a user names a job; unique within its tenant."""
+JOB_ID_PATTERN = re.compile(r"^(?:[a-z0-9][a-z0-9_-]{0,62}:)?[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+"""A job's id: ``<tenant>:<name>``, so every key of a job (its record, due
+entry, runs, skips, active pointers) carries its tenant and two tenants'
+jobs of one name never meet. (Ids without a tenant are accepted by the key
+functions, which tests of the layout use; every job the service creates has one.)"""
+TENANT_SEP = ":"
 WORKER_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 RUN_SEQ_PATTERN = re.compile(r"^(\d{14})(?:-([a-z0-9]{1,24}))?$")
 
@@ -55,10 +62,25 @@ def partition_of(job_id: str, partitions: int) -> int:
 def validate_job_id(job_id: str) -> str:
     if not JOB_ID_PATTERN.match(job_id):
         raise KeyError_(
-            "job id must be 1-128 characters of letters, digits, '_', '.', '-' "
-            "and start with a letter or digit"
+            "a job name must be 1-128 characters of letters, digits, '_', '.', '-' and start"
+            " with a letter or digit (a full id is <tenant>:<name>)"
         )
     return job_id
+
+
+def full_job_id(tenant: str, name_or_id: str) -> str:
+    """``name`` of ``tenant`` as a full id; a full id must name ``tenant``."""
+    validate_job_id(name_or_id)
+    owner, sep, name = name_or_id.rpartition(TENANT_SEP)
+    if sep and owner != tenant:
+        raise KeyError_(f"job {name_or_id} is not of tenant {tenant}")
+    return f"{tenant}{TENANT_SEP}{name}"
+
+
+def tenant_of_job(job_id: str) -> str | None:
+    """The tenant a full job id names (None for an id without one)."""
+    tenant, sep, _ = job_id.rpartition(TENANT_SEP)
+    return tenant if sep else None
 
 
 def run_seq(slot_ms: int, tag: str | None = None) -> str:
@@ -138,6 +160,10 @@ class Keys:
 
     def parse_job(self, key: str) -> str:
         return self._strip(key, self.jobs_prefix())
+
+    def tenant_jobs_prefix(self, tenant: str) -> str:
+        """The jobs of one tenant: listing them reads no other tenant's key."""
+        return f"{self.jobs_prefix()}{tenant}{TENANT_SEP}"
 
     # -- due index -------------------------------------------------------
     def due_prefix(self, partition: int) -> str:

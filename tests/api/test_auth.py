@@ -50,9 +50,9 @@ async def test_tenant_cannot_see_or_touch_another_tenants_job(api: Api) -> None:
     status, page, _ = await api.call("GET", "/v1/jobs?tenant=acme", api.globex)
     assert page["items"] == []
     async with api.client(api.admin) as admin:
-        assert (await admin.get_job("secret")).spec.tenant == "acme"
+        assert (await admin.get_job("acme:secret")).spec.tenant == "acme"
         assert (await admin.get_run(run.id)).state == "pending"
-        assert [job.id for job in (await admin.list_jobs()).items] == ["secret"]
+        assert [job.id for job in (await admin.list_jobs()).items] == ["acme:secret"]
 
 
 async def test_only_admins_manage_tenants_and_editors_no_tokens(api: Api) -> None:

@@ -29,21 +29,21 @@ async def test_job_lifecycle(api: Api) -> None:
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "cj" in result.output and "Europe/Berlin" in result.output
-    job = await api.services.jobs.get("cj")
+    job = await api.services.jobs.get("default:cj")
     assert job.spec.execution.argv == ["echo", "-n", "hi"]  # type: ignore[union-attr]
     assert job.spec.retry.max_attempts == 3 and job.spec.labels == {"team": "red"}
 
     listing = await cli(api, "job", "ls", "--label", "team=red")
     assert listing.exit_code == 0 and "cj" in listing.output and "TRIGGER" in listing.output
     as_json = await cli(api, "-o", "json", "job", "get", "cj")
-    assert json.loads(as_json.output)["id"] == "cj"
+    assert json.loads(as_json.output)["id"] == "default:cj"
     assert (await cli(api, "job", "pause", "cj")).exit_code == 0
-    assert (await api.services.jobs.get("cj")).state == "paused"
+    assert (await api.services.jobs.get("default:cj")).state == "paused"
     assert (await cli(api, "job", "resume", "cj")).exit_code == 0
 
     triggered = await cli(api, "job", "trigger", "cj")
     run_id = triggered.output.strip()
-    assert triggered.exit_code == 0 and run_id.startswith("cj@")
+    assert triggered.exit_code == 0 and run_id.startswith("default:cj@")
     runs = await cli(api, "job", "runs", "cj")
     assert run_id in runs.output and "pending" in runs.output
     shown = await cli(api, "run", "get", run_id)
@@ -64,7 +64,7 @@ async def test_job_create_from_file(api: Api, tmp_path: Path) -> None:
     )
     result = await cli(api, "job", "create", "-f", str(path), "--tenant", "acme")
     assert result.exit_code == 0, result.output
-    job = await api.services.jobs.get("from-file")
+    job = await api.services.jobs.get("acme:from-file")
     assert job.spec.tenant == "acme"
 
 

@@ -16,12 +16,12 @@ async def test_create_with_and_without_id(api: Api) -> None:
         "POST", "/v1/jobs", api.admin, json={"id": "nightly", "spec": spec()}
     )
     assert status == 201
-    assert body["id"] == "nightly" and body["version"] == 1
-    assert headers["Location"] == "/v1/jobs/nightly"
+    assert body["id"] == "default:nightly" and body["version"] == 1  # <tenant>:<name>
+    assert headers["Location"] == "/v1/jobs/default:nightly"
     assert headers["ETag"] == '"1"'
     async with api.client(api.admin) as client:
         made = await client.create_job(spec())
-        assert made.id.startswith("job-")
+        assert made.id.startswith("default:job-")
         view = await client.get_job("nightly")
         assert view.next_slot_ms is not None and view.spec.tenant == "default"
 
@@ -52,7 +52,7 @@ async def test_list_filters_and_pagination(api: Api) -> None:
             labels = {"team": "red" if i % 2 else "blue"}
             await client.create_job(spec(labels=labels, tenant="acme"), job_id=f"job-{i}")
         await client.create_job(spec(tenant="globex"), job_id="other")
-        await client.pause_job("job-0")
+        await client.pause_job("acme:job-0")
         seen, cursor = [], None
         while True:
             page = await client.list_jobs(tenant="acme", cursor=cursor, limit=2)
@@ -61,11 +61,11 @@ async def test_list_filters_and_pagination(api: Api) -> None:
             if page.next_cursor is None:
                 break
             cursor = page.next_cursor
-        assert seen == [f"job-{i}" for i in range(5)]
+        assert seen == [f"acme:job-{i}" for i in range(5)]
         red = await client.list_jobs(labels={"team": "red"})
-        assert [job.id for job in red.items] == ["job-1", "job-3"]
+        assert [job.id for job in red.items] == ["acme:job-1", "acme:job-3"]
         paused = await client.list_jobs(state="paused")
-        assert [job.id for job in paused.items] == ["job-0"]
+        assert [job.id for job in paused.items] == ["acme:job-0"]
         everything = await client.list_jobs(limit=1000)
         assert len(everything.items) == 6 and everything.next_cursor is None
 
@@ -148,18 +148,21 @@ async def test_backfill(api: Api) -> None:
     assert status == 422 and body["error"]["field"] in ("start", "end")
 
 
-async def test_delete_optionally_cancels_active_runs(api: Api) -> None:
+async def test_delete_cancels_active_runs_and_the_name_waits_for_them(api: Api) -> None:
     async with api.client(api.admin) as client:
         await client.create_job(spec(), job_id="keep-runs")
         kept = await client.trigger_job("keep-runs")
-        result = await client.delete_job("keep-runs")
+        result = await client.delete_job("keep-runs", cancel_active=False)
         assert result.active_runs == [kept.id] and result.cancelled == []
         assert (await client.get_run(kept.id)).state is RunState.PENDING
         with pytest.raises(NotFound):
             await client.get_job("keep-runs")
+        with pytest.raises(Conflict):  # its runs would be the new job's
+            await client.create_job(spec(), job_id="keep-runs")
 
         await client.create_job(spec(), job_id="drop-runs")
         dropped = await client.trigger_job("drop-runs")
-        result = await client.delete_job("drop-runs", cancel_active=True)
+        result = await client.delete_job("drop-runs")
         assert result.cancelled == [dropped.id]
         assert (await client.get_run(dropped.id)).state is RunState.CANCELLED
+        assert (await client.create_job(spec(), job_id="drop-runs")).id == "default:drop-runs"

@@ -89,7 +89,7 @@ async def test_skips_listing_and_explain(api: Api) -> None:
                 reason="misfire",
                 created_ms=first,
             )
-            await services.store.txn([], [Ops.put(services.keys.skip("sk", first), record)])
+            await services.store.txn([], [Ops.put(services.keys.skip("default:sk", first), record)])
         page = await client.list_skips("sk", limit=2)
         assert [s.first_slot_ms for s in page.items] == [run.slot_ms - 50_000, run.slot_ms - 20_000]
         rest = await client.list_skips("sk", cursor=page.next_cursor)

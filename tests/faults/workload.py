@@ -58,7 +58,7 @@ class Workload:
             every = self.rng.choice(["1s", "1500ms", "2s"]) if kind == "quick" else "2s"
             trigger = {"kind": "interval", "every": every}
             overlap = self.rng.choice(OVERLAPS[kind])
-            plans.append(JobPlan(f"{kind}-{i:02d}", kind, self.spec(kind, trigger, overlap)))
+            plans.append(JobPlan(f"default:{kind}-{i:02d}", kind, self.spec(kind, trigger, overlap)))
         return plans
 
     def one_off(self, now_ms: int) -> JobPlan:
@@ -67,7 +67,7 @@ class Workload:
         at_ms = now_ms + self.rng.randint(1000, 8000)
         at = datetime.fromtimestamp(at_ms / 1000, UTC).isoformat(timespec="milliseconds")
         spec = self.spec("at", {"kind": "at", "at": at}, "allow")
-        return JobPlan(f"at-{self.one_offs:05d}", "at", spec)
+        return JobPlan(f"default:at-{self.one_offs:05d}", "at", spec)
 
     def argv(self, kind: str) -> list[str]:
         low, high = SLEEP[kind]
