@@ -73,8 +73,9 @@ async def test_a_run_is_read_first_when_its_assignment_has_no_hint_or_it_changed
     """No scheduler: the runs are assigned by hand before the worker starts,
     which then finds them in its first listing of its assignments."""
     await services.jobs.create(spec(NEW_YEAR, ["true"]), "by-hand")
-    old = await assign_by_hand(services, await services.jobs.trigger("by-hand"), hinted=False)
-    changed = await assign_by_hand(services, await services.jobs.trigger("by-hand"), touched=True)
+    by_hand = "default:by-hand"
+    old = await assign_by_hand(services, await services.jobs.trigger(by_hand), hinted=False)
+    changed = await assign_by_hand(services, await services.jobs.trigger(by_hand), touched=True)
     reads = reads_of(services.start_worker("w1", NoopExecutor()))
     for run in (old, changed):
         done = await wait_state(services, run.id, RunState.SUCCEEDED)
@@ -95,7 +96,7 @@ async def test_a_claim_of_ours_that_landed_late_is_taken_as_ours(
     await workers_registered(services, 1)
     assert worker.session is not None
     lease = worker.session.lease_id
-    run = await services.jobs.trigger("late")
+    run = await services.jobs.trigger("default:late")
     landed = Claim(run_id=run.id, worker="w1", attempt=1, lease=lease)
     claim_key = services.keys.claim(run.partition, run.id)
     await services.store.txn([], [Ops.put(claim_key, landed, lease=lease)])

@@ -185,7 +185,7 @@ async def test_a_run_no_worker_can_take_waits_with_a_reason(services: Services) 
         runs = await services.runs_of(job_id)
         assert len(runs) == 1, runs
         run = runs[0]
-        assert run.state is RunState.PENDING and run.reason.startswith("waiting: no worker has")
+        assert run.state is RunState.PENDING and run.reason.startswith("waiting: no worker")
         return run.reason
 
     assert "pool" in await assert_eventually(lambda: waiting(labelled.id), timeout=5)

@@ -40,17 +40,20 @@ async def test_fires_a_quarter_lookahead_at_a_time(store: EtcdStore, keys: Keys)
     def ready(at_ms: int) -> list[str]:
         return [keys.parse_due(kv.key).job_id for kv in firer.ready_entries(at_ms)]
 
+    def at(offset: int) -> str:
+        return f"default:at-{offset}"
+
     # the earliest (t0+3000) is not yet within lookahead - granule (1500 ms)
     assert ready(t0 + 1000) == []
     assert ready(t0 + 1499) == []
     # once it is, everything within the whole lookahead goes together
-    assert ready(t0 + 1500) == ["at-3000", "at-3400"]
+    assert ready(t0 + 1500) == [at(3000), at(3400)]
     # what is left waits for its own turn, and the lookahead still bounds the batch
-    del firer.due.items[keys.due(0, t0 + 3000, "at-3000")]
-    del firer.due.items[keys.due(0, t0 + 3400, "at-3400")]
+    del firer.due.items[keys.due(0, t0 + 3000, at(3000))]
+    del firer.due.items[keys.due(0, t0 + 3400, at(3400))]
     assert ready(t0 + 3399) == []
-    assert ready(t0 + 3400) == ["at-4900"]
-    assert ready(t0 + 3600) == ["at-4900", "at-5500"]
+    assert ready(t0 + 3400) == [at(4900)]
+    assert ready(t0 + 3600) == [at(4900), at(5500)]
 
 
 async def test_a_long_lookahead_still_fires_within_half_a_second(
@@ -66,7 +69,8 @@ async def test_a_long_lookahead_still_fires_within_half_a_second(
     await firer.due.relist()
     assert firer.granule_ms == GRANULE_MAX_MS
     assert firer.ready_entries(t0 + 499) == []
-    assert [kv.key for kv in firer.ready_entries(t0 + 500)] == [keys.due(0, t0 + 600_000, "staged")]
+    staged = keys.due(0, t0 + 600_000, "default:staged")
+    assert [kv.key for kv in firer.ready_entries(t0 + 500)] == [staged]
 
 
 async def test_a_held_brake_stops_firing_between_batches(store: EtcdStore, keys: Keys) -> None:

@@ -57,7 +57,7 @@ async def test_three_racing_firers_create_exactly_one_run_per_slot(
             await racer.close()
         await session.close()
     for i in range(JOBS):
-        job_id = f"race-{i:02d}"
+        job_id = f"default:race-{i:02d}"
         page = await store.range(keys.runs_prefix(job_id))
         slots = [kv.decode(RunRecord).value.slot_ms for kv in page.kvs]
         assert len(slots) == len(set(slots)) and len(slots) >= ROUNDS

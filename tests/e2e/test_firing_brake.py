@@ -7,7 +7,7 @@ from __future__ import annotations
 from etcdsched.model.states import RunState
 from tests.support.e2e_jobs import spec, start_worker
 from tests.support.eventually import assert_eventually
-from tests.support.services import Services
+from tests.support.services import Services, full_id
 
 JOBS = 40
 LIMIT = 3
@@ -34,7 +34,7 @@ async def test_firing_holds_while_placement_is_behind_and_every_slot_runs_after(
     fired = await assert_eventually(held, timeout=10)
     waiting = [j for j in ids if j not in fired]
     for job_id in waiting:  # the slots it holds back are still due, not lost
-        assert await services.jobs.next_slot_of(job_id) is not None
+        assert await services.jobs.next_slot_of(full_id(job_id)) is not None
 
     start_worker(services, "w1")
 

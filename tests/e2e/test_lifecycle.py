@@ -29,7 +29,7 @@ from tests.support.e2e_jobs import (
 )
 from tests.support.eventually import assert_eventually
 from tests.support.ledgerfile import job_argv, pid_alive
-from tests.support.services import Services
+from tests.support.services import Services, full_id
 
 SECOND = 1000
 
@@ -43,8 +43,8 @@ async def paused_through_slots(services: Services, job_id: str) -> tuple[int, in
     """Pause after one run and let three slots come due; returns the paused
     slot and how many runs existed at the pause."""
     await wait_runs(services, job_id, done(1))
-    await services.jobs.pause(job_id)
-    paused_slot = await services.jobs.next_slot_of(job_id)
+    await services.jobs.pause(full_id(job_id))
+    paused_slot = await services.jobs.next_slot_of(full_id(job_id))
     assert paused_slot is not None, "the paused slot stays recorded"
     before = len(await services.runs_of(job_id))
     await wait_until_ms(paused_slot + 2 * SECOND + 300)

@@ -26,7 +26,7 @@ from tests.support.e2e_jobs import (
 )
 from tests.support.eventually import assert_eventually
 from tests.support.ledgerfile import job_argv, pid_alive
-from tests.support.services import Services
+from tests.support.services import Services, full_id
 
 SECOND = 1000
 
@@ -50,7 +50,7 @@ async def downtime_jobs(services: Services, policies: dict[str, dict[str, object
     for job_id in policies:
 
         async def handled(job_id: str = job_id) -> None:
-            assert await services.jobs.next_slot_of(job_id) is None, "not fired yet"
+            assert await services.jobs.next_slot_of(full_id(job_id)) is None, "not fired yet"
 
         await assert_eventually(handled, timeout=10)
     return slots
@@ -140,7 +140,7 @@ async def test_overlap_allow_runs_two_runs_of_one_job_at_once(
     start_worker(services, "w1")
     job_id, ledger = await overlapping_job(services, tmp_path, "allow", "allow", 2.0)
     await wait_runs(services, job_id, lambda rs: len(succeeded(rs)) >= 2, timeout=10)
-    await services.jobs.pause(job_id)
+    await services.jobs.pause(full_id(job_id))
 
     assert max_concurrency(spans_of(ledger)) >= 2
     assert await skips_of(services, job_id) == []
@@ -164,7 +164,7 @@ async def test_overlap_skip_records_slots_that_come_due_while_a_run_is_active(
         assert len(succeeded(await services.runs_of(job_id))) >= 2
 
     await assert_eventually(skipped_then_ran_again, timeout=10)
-    await services.jobs.pause(job_id)
+    await services.jobs.pause(full_id(job_id))
     assert max_concurrency(spans_of(ledger)) == 1
     assert all(s.count == 1 for s in await skips_of(services, job_id))
     await ledger_ok(services, job_id)
@@ -185,7 +185,7 @@ async def test_overlap_queue_one_keeps_one_waiting_run_and_skips_the_rest(
         assert len(succeeded(runs)) >= 3
 
     await assert_eventually(queued_ran_and_overflow_skipped, timeout=12, interval=0.02)
-    await services.jobs.pause(job_id)
+    await services.jobs.pause(full_id(job_id))
     runs = succeeded(await services.runs_of(job_id))
     assert max_concurrency(spans_of(ledger)) == 1
     waited = 0

@@ -93,13 +93,13 @@ def test_readme_tour(tour: Tour) -> None:
         timeout=30,
         check=True,
     ).stdout.decode()
-    assert "/etcdsched/jobs/hello" in keys
+    assert "/etcdsched/jobs/default:hello" in keys  # a job id is <tenant>:<name>
 
     up.send_signal(signal.SIGINT)
     assert up.wait(60) == 0
     tour.spawn("up", "--port", str(tour.api_port))
     wait_until(tour.ready, timeout=60)
-    assert tour.json("job", "get", "hello")["id"] == "hello"
+    assert tour.json("job", "get", "hello")["id"] == "default:hello"
 
 
 def _kill_a_worker_and_see_the_rerun(tour: Tour) -> None:

@@ -17,6 +17,7 @@ from etcdsched.store.keys import Keys, partition_of
 from etcdsched.store.ledger import account
 from tests.support.eventually import assert_eventually
 from tests.support.procs import AgentProcess, agent_env
+from tests.support.services import full_id
 
 pytestmark = pytest.mark.slow
 P = 8
@@ -43,7 +44,7 @@ async def owners(store: EtcdStore, keys: Keys) -> dict[int, str]:
 
 
 async def runs_of(store: EtcdStore, keys: Keys, job_id: str) -> list[RunRecord]:
-    page = await store.range(keys.runs_prefix(job_id))
+    page = await store.range(keys.runs_prefix(full_id(job_id)))
     return [kv.decode(RunRecord).value for kv in page.kvs]
 
 
@@ -73,7 +74,7 @@ async def test_kill9_scheduler_partitions_fire_again_and_misfires_are_explained(
     await assert_eventually(balanced, timeout=20)
     jobs = JobService(store, keys, clock, P)
     misfire = {"policy": "run_once", "grace": "500ms"}
-    ids = [f"tick-{i}" for i in range(16)]
+    ids = [f"default:tick-{i}" for i in range(16)]  # full ids: partition_of hashes them
     for job_id in ids:
         await jobs.create(every_second(misfire=misfire), job_id)
     held = await owners(store, keys)
@@ -105,7 +106,7 @@ async def test_kill9_scheduler_partitions_fire_again_and_misfires_are_explained(
     assert misfired, "the outage was longer than the misfire grace: some slot must have misfired"
     assert all(r.kind == "scheduled" for r in misfired)
     for job_id in ids:
-        report = await account(store, keys, job_id)
+        report = await account(store, keys, full_id(job_id))
         assert report.ok, report
 
 
@@ -152,7 +153,7 @@ async def test_stalled_former_owner_cannot_write(
         for run in await runs_of(store, keys, job_id):
             stale = run.created_by in old_signatures and run.created_ms > stopped_at
             assert not stale, f"stalled owner wrote {run.id} after SIGSTOP"
-        report = await account(store, keys, job_id)
+        report = await account(store, keys, full_id(job_id))
         assert report.ok, report
 
 

@@ -58,7 +58,8 @@ class Workload:
             every = self.rng.choice(["1s", "1500ms", "2s"]) if kind == "quick" else "2s"
             trigger = {"kind": "interval", "every": every}
             overlap = self.rng.choice(OVERLAPS[kind])
-            plans.append(JobPlan(f"default:{kind}-{i:02d}", kind, self.spec(kind, trigger, overlap)))
+            job_id = f"default:{kind}-{i:02d}"  # full ids: the harness calls the job service
+            plans.append(JobPlan(job_id, kind, self.spec(kind, trigger, overlap)))
         return plans
 
     def one_off(self, now_ms: int) -> JobPlan:

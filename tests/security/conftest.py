@@ -75,7 +75,7 @@ class Cluster:
         }
         status, body = self.call("POST", "/v1/jobs", {"id": job_id, "spec": spec})
         assert status == 201, body
-        return wait_until(lambda: self._ended_run(job_id), timeout=30)
+        return wait_until(lambda: self._ended_run(body["id"]), timeout=30)
 
     def start_job(self, job_id: str, tenant: str, script: str, **extra: Any) -> str:
         spec = {
@@ -85,7 +85,7 @@ class Cluster:
         }
         status, body = self.call("POST", "/v1/jobs", {"id": job_id, "spec": spec})
         assert status == 201, body
-        return str(wait_until(lambda: self._run_in(job_id, "running"), timeout=30)["id"])
+        return str(wait_until(lambda: self._run_in(body["id"], "running"), timeout=30)["id"])
 
     def log(self, run_id: str) -> str:
         request = urllib.request.Request(f"{self.url}/v1/runs/{run_id}/log")

@@ -16,7 +16,7 @@ from etcdsched.store.ledger import LedgerReport, account
 from etcdsched.worker.service import WorkerService
 from tests.support.eventually import assert_eventually
 from tests.support.ledgerfile import read_ledger
-from tests.support.services import Services
+from tests.support.services import Services, full_id
 
 
 def spec(trigger: Mapping[str, object], argv: list[str], **extra: object) -> JobSpec:
@@ -58,7 +58,7 @@ def start_worker(services: Services, name: str, **overrides: object) -> WorkerSe
 
 
 async def skips_of(services: Services, job_id: str) -> list[SkipRecord]:
-    page = await services.store.range(services.keys.skips_prefix(job_id))
+    page = await services.store.range(services.keys.skips_prefix(full_id(job_id)))
     return [kv.decode(SkipRecord).value for kv in page.kvs]
 
 
@@ -102,7 +102,7 @@ def terminal(runs: Iterable[RunRecord]) -> bool:
 async def ledger_ok(services: Services, job_id: str, until_ms: int | None = None) -> LedgerReport:
     """Every slot of the job (before its next due slot, or ``until_ms`` for a
     job with no slot left) is explained by exactly one run or skip record."""
-    report = await account(services.store, services.keys, job_id, until_ms)
+    report = await account(services.store, services.keys, full_id(job_id), until_ms)
     assert report.ok, report
     return report
 

@@ -24,6 +24,15 @@ from etcdsched.worker.service import WorkerService
 from etcdsched.worker.starter import ThreadStarter
 
 PARTITIONS = 4
+SUITE_TENANT = "default"
+"""The tenant of the suite's jobs (their specs leave it out)."""
+
+
+def full_id(job_or_run_id: str) -> str:
+    """A job or run id as stored: the suite may name its jobs bare."""
+    if ":" in job_or_run_id.partition("@")[0]:
+        return job_or_run_id
+    return f"{SUITE_TENANT}:{job_or_run_id}"
 
 
 @dataclass
@@ -67,10 +76,10 @@ class Services:
         await asyncio.gather(task, return_exceptions=True)
 
     async def run_of(self, run_id: str) -> RunRecord:
-        return (await self.jobs.runs.load(self.store, run_id)).value
+        return (await self.jobs.runs.load(self.store, full_id(run_id))).value
 
     async def runs_of(self, job_id: str) -> list[RunRecord]:
-        page = await self.store.range(self.keys.runs_prefix(job_id))
+        page = await self.store.range(self.keys.runs_prefix(full_id(job_id)))
         return [kv.decode(RunRecord).value for kv in page.kvs]
 
 
