@@ -105,7 +105,16 @@ class Config(BaseSettings):
     # api
     api_host: str = "127.0.0.1"
     api_port: int = 8080
+    api_tls_cert: Path | None = Field(None, description="PEM certificate (chain) of the API.")
+    api_tls_key: Path | None = Field(None, description="PEM private key of the API.")
+    api_allow_plaintext: bool = Field(
+        False,
+        description="Serve plain HTTP on an address beyond loopback (only behind a TLS proxy).",
+    )
     max_body_bytes: int = 1_048_576
+    max_follows_per_tenant: int = Field(
+        32, ge=1, description="Log follow streams one tenant may hold open per API process."
+    )
 
     @model_validator(mode="after")
     def _horizon_covers_lookahead(self) -> Config:

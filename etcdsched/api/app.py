@@ -6,6 +6,8 @@ the same list registers the handlers and builds ``/openapi.json``.
 
 from __future__ import annotations
 
+import ipaddress
+import ssl
 import time
 
 from aiohttp import web
@@ -16,7 +18,7 @@ from etcdsched.api.auth import Authenticator, RateLimiter
 from etcdsched.api.errors import error_middleware
 from etcdsched.api.openapi import build_document
 from etcdsched.api.quotas import Quotas
-from etcdsched.api.routing import CONTEXT, ApiContext, Route, bind
+from etcdsched.api.routing import CONTEXT, ApiContext, FollowSlots, Route, bind
 from etcdsched.api.services import ApiServices, LogChunkLike, LogReader
 from etcdsched.config import Config
 from etcdsched.runtime import metrics
@@ -74,6 +76,7 @@ def make_app(services: ApiServices, config: Config) -> web.Application:
         auth=auth,
         quotas=quotas,
         max_body_bytes=config.max_body_bytes,
+        follows=FollowSlots(config.max_follows_per_tenant),
         routes=ROUTES,
         openapi=build_document(ROUTES),
     )
@@ -82,6 +85,35 @@ def make_app(services: ApiServices, config: Config) -> web.Application:
     for route in ROUTES:
         app.router.add_route(route.method, route.path, bind(route, ctx), name=route.operation_id)
     return app
+
+
+def api_tls(config: Config) -> ssl.SSLContext | None:
+    """The API's TLS context, or None for plain HTTP, which is refused on
+    any address beyond loopback unless ``api_allow_plaintext`` says a TLS
+    proxy stands in front: bearer tokens must not cross a network in clear."""
+    cert, key = config.api_tls_cert, config.api_tls_key
+    if cert is not None and key is not None:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(cert, key)
+        return context
+    if cert is not None or key is not None:
+        raise ValueError("api_tls_cert and api_tls_key go together")
+    if not _loopback(config.api_host) and not config.api_allow_plaintext:
+        raise ValueError(
+            f"the API would listen on {config.api_host} without TLS: set ETCDSCHED_API_TLS_CERT"
+            " and ETCDSCHED_API_TLS_KEY (or --tls-cert/--tls-key), or"
+            " ETCDSCHED_API_ALLOW_PLAINTEXT=true when a TLS proxy stands in front"
+        )
+    return None
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 async def serve_api(
@@ -96,9 +128,10 @@ async def serve_api(
     the returned runner and calls ``await runner.cleanup()`` to stop it."""
     jobs = JobService(store, keys, clock, partitions)
     services = ApiServices(store, keys, clock, partitions, jobs, log_reader)
+    tls = api_tls(config)
     runner = web.AppRunner(make_app(services, config), access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, config.api_host, config.api_port)
+    site = web.TCPSite(runner, config.api_host, config.api_port, ssl_context=tls)
     try:
         await site.start()
     except BaseException:

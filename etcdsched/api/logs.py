@@ -102,13 +102,14 @@ async def follow_log(call: Call, run: RunRecord, query: LogQuery) -> web.StreamR
 
     Once the headers are sent an error cannot become a JSON body any more:
     it is logged and the stream ends early (the client sees a short log)."""
-    resp = web.StreamResponse(headers={"Content-Type": "text/plain"})
-    resp.enable_chunked_encoding()
-    await resp.prepare(call.request)
-    try:
-        await _stream(call, resp, run, query)
-    except (ConnectionResetError, EtcdschedError) as exc:
-        log.info("log follow of %s ended early: %s", run.id, exc)
+    with call.ctx.follows.hold(run.tenant):
+        resp = web.StreamResponse(headers={"Content-Type": "text/plain"})
+        resp.enable_chunked_encoding()
+        await resp.prepare(call.request)
+        try:
+            await _stream(call, resp, run, query)
+        except (ConnectionResetError, EtcdschedError) as exc:
+            log.info("log follow of %s ended early: %s", run.id, exc)
+            return resp
+        await resp.write_eof()
         return resp
-    await resp.write_eof()
-    return resp

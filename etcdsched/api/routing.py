@@ -10,8 +10,9 @@ touches etcd.
 
 from __future__ import annotations
 
+import contextlib
 import typing
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
@@ -22,7 +23,7 @@ from etcdsched.api.auth import Authenticator, Principal
 from etcdsched.api.errors import MalformedRequest
 from etcdsched.api.quotas import Quotas
 from etcdsched.api.services import ApiServices
-from etcdsched.model.errors import Forbidden, NotFound, PayloadTooLarge
+from etcdsched.model.errors import Forbidden, NotFound, PayloadTooLarge, QuotaExceeded
 from etcdsched.store.keys import JOB_ID_PATTERN, TENANT_SEP, tenant_of_job
 
 M = TypeVar("M", bound=BaseModel)
@@ -38,6 +39,28 @@ class Header:
     description: str
 
 
+class FollowSlots:
+    """Log follow streams open per tenant in this process, bounded: each
+    holds a connection (and polls etcd) for as long as its attempt runs."""
+
+    def __init__(self, per_tenant: int) -> None:
+        self.per_tenant = per_tenant
+        self._open: dict[str, int] = {}
+
+    @contextlib.contextmanager
+    def hold(self, tenant: str) -> Iterator[None]:
+        if self._open.get(tenant, 0) >= self.per_tenant:
+            raise QuotaExceeded(
+                f"tenant {tenant} has {self.per_tenant} log follows open here (the most)",
+                retry_after=5.0,
+            )
+        self._open[tenant] = self._open.get(tenant, 0) + 1
+        try:
+            yield
+        finally:
+            self._open[tenant] -= 1
+
+
 @dataclass
 class ApiContext:
     """Per-application state shared by all requests."""
@@ -46,6 +69,7 @@ class ApiContext:
     auth: Authenticator
     quotas: Quotas
     max_body_bytes: int
+    follows: FollowSlots = field(default_factory=lambda: FollowSlots(32))
     routes: Sequence[Route] = ()
     openapi: dict[str, object] = field(default_factory=dict)
 

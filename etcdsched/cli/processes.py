@@ -7,9 +7,39 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
+
+if TYPE_CHECKING:
+    from etcdsched.config import Config
+
+
+def tls_options(command: Callable[..., None]) -> Callable[..., None]:
+    """--tls-cert/--tls-key: the API over HTTPS (ETCDSCHED_API_TLS_CERT/_KEY)."""
+    cert = click.option("--tls-cert", type=click.Path(path_type=Path), help="API certificate.")
+    key = click.option("--tls-key", type=click.Path(path_type=Path), help="API private key.")
+    return cert(key(command))
+
+
+FLAG_SETTINGS = {
+    "host": "api_host",
+    "port": "api_port",
+    "etcd": "etcd",
+    "tls_cert": "api_tls_cert",
+    "tls_key": "api_tls_key",
+}
+"""Flags and the settings they set. One rule for every setting: a flag
+given wins over the environment (``ETCDSCHED_*``), which wins over the default."""
+
+
+def _config(flags: dict[str, Any]) -> Config:
+    from etcdsched.config import Config
+
+    given = {FLAG_SETTINGS[name]: value for name, value in flags.items() if value is not None}
+    return Config(**given)
 
 
 def _setup_logging(level: str) -> None:
@@ -25,17 +55,16 @@ def _setup_logging(level: str) -> None:
     "--data-dir", type=click.Path(path_type=Path), default=Path(".etcdsched"), show_default=True
 )
 @click.option("--etcd", help="Use this etcd cluster (host:port,...) instead of an embedded one.")
-@click.option("--host", default="127.0.0.1", show_default=True, help="API listen address.")
-@click.option("--port", type=int, default=8080, show_default=True, help="API port.")
+@click.option("--host", help="API listen address (default: ETCDSCHED_API_HOST, or 127.0.0.1).")
+@click.option("--port", type=int, help="API port (default: ETCDSCHED_API_PORT, or 8080).")
+@tls_options
 @click.option("--log-level", default="info", show_default=True)
-def up(data_dir: Path, etcd: str | None, host: str, port: int, log_level: str) -> None:
+def up(data_dir: Path, etcd: str | None, log_level: str, **flags: Any) -> None:
     """Embedded etcd plus one agent with every role (API on 127.0.0.1:8080)."""
     from etcdsched.agent import run_up
-    from etcdsched.config import Config
 
     _setup_logging(log_level)
-    config = Config(api_host=host, api_port=port)
-    asyncio.run(run_up(config, data_dir, etcd))
+    asyncio.run(run_up(_config(flags), data_dir, etcd))
 
 
 @click.command()
@@ -48,12 +77,11 @@ def up(data_dir: Path, etcd: str | None, host: str, port: int, log_level: str) -
     help="Repeatable.",
 )
 @click.option("--etcd", help="etcd endpoints host:port,... (default: ETCDSCHED_ETCD).")
+@tls_options
 @click.option("--log-level", default="info", show_default=True)
-def agent(roles: tuple[str, ...], etcd: str | None, log_level: str) -> None:
+def agent(roles: tuple[str, ...], log_level: str, **flags: Any) -> None:
     """A long-running process with the given roles (settings from ETCDSCHED_*)."""
     from etcdsched.agent import run_agent
-    from etcdsched.config import Config
 
     _setup_logging(log_level)
-    config = Config() if etcd is None else Config(etcd=etcd)
-    asyncio.run(run_agent(config, set(roles)))
+    asyncio.run(run_agent(_config(flags), set(roles)))

@@ -14,7 +14,7 @@ from etcdsched.model.records import Assignment, RunRecord, SkipRecord
 from etcdsched.model.statemachine import assign_attempt, finish_attempt, start_attempt
 from etcdsched.model.states import RunState
 from etcdsched.store.kv import Cmp, Ops
-from tests.api.conftest import Api, spec
+from tests.api.conftest import Api, serve, spec
 from tests.support.eventually import assert_eventually
 
 
@@ -180,3 +180,27 @@ async def test_log_read_and_follow(api: Api) -> None:
         assert b"".join(received) == b"hello\nworld\nbye\n"
         done = await client.read_log(run.id, attempt=1)
         assert done.complete
+
+
+async def test_log_follows_are_capped_per_tenant(api: Api) -> None:
+    """Each follow holds a connection while its run goes on: one tenant can
+    open only so many in one API process (then 429), others are not held up."""
+    url, runner = await serve(api.services, max_follows_per_tenant=1)
+    try:
+        async with api.client(api.acme) as client:
+            await client.create_job(spec(), job_id="followed")
+            run = await client.trigger_job("followed")  # no worker: it stays pending
+        path = f"/v1/runs/{run.id}/log?follow=true"
+        headers = {"Authorization": f"Bearer {api.acme}"}
+        async with api.http.get(url + path, headers=headers) as first:
+            assert first.status == 200
+            async with api.http.get(url + path, headers=headers) as second:
+                assert second.status == 429 and "Retry-After" in second.headers
+
+        async def freed() -> None:  # once the server saw the first one go
+            async with api.http.get(url + path, headers=headers) as again:
+                assert again.status == 200
+
+        await assert_eventually(freed, timeout=5)
+    finally:
+        await runner.cleanup()
