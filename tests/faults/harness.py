@@ -37,6 +37,7 @@ import asyncio
 import json
 import logging
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -62,6 +63,7 @@ from tests.faults.faults import Injector
 from tests.faults.fleet import Fleet
 from tests.faults.report import RunInfo, RunOutcome, command_line, render_text, write_report
 from tests.faults.workload import Workload
+from tests.support.ledgerfile import JOBSCRIPT
 
 log = logging.getLogger("tests.faults.harness")
 PARTITIONS = 8  # what tests/support/procs.agent_env configures
@@ -81,6 +83,9 @@ class HarnessConfig:
     fire_backlog: int | None = None
     covers: str = ""
     """What the run is for, in a few words (the reliability page's table)."""
+    jobs_as: str | None = None
+    """Run the jobs as this user (the workers are root): fencing must reach
+    process groups of another user. None: as the harness's own user."""
 
 
 def run_harness(config: HarnessConfig, command: str = "") -> RunOutcome:
@@ -95,6 +100,8 @@ def run_harness(config: HarnessConfig, command: str = "") -> RunOutcome:
         config.worker_slots,
         config.fire_backlog,
     )
+    if config.jobs_as:
+        fleet.agent_settings["worker_run_as"] = json.dumps({"*": config.jobs_as})
     info = RunInfo(config.seed, command, config.duration_s, str(work_dir), prefix)
     info.commit, info.covers = source_commit(), config.covers
     started = time.monotonic()
@@ -136,7 +143,8 @@ async def _drive(config: HarnessConfig, fleet: Fleet, info: RunInfo) -> RunOutco
         await _wait_agents_ready(store, keys, config)
         jobs = JobService(store, keys, clock, PARTITIONS)
         ledger = fleet.work_dir / "ledger.jsonl"
-        workload = Workload(ledger, random.Random(f"{config.seed}/workload"))
+        runner = _jobs_reach(fleet.work_dir, ledger) if config.jobs_as else None
+        workload = Workload(ledger, random.Random(f"{config.seed}/workload"), runner)
         recurring = workload.recurring(config.recurring_jobs)
         for plan in recurring:
             await jobs.create(plan.spec, plan.job_id)
@@ -263,6 +271,19 @@ def _duration(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _jobs_reach(work_dir: Path, ledger: Path) -> tuple[str, str]:
+    """What jobs of another user need: the work dir to pass through, the
+    ledger to append to, and a job script and interpreter they may read
+    (the venv's lives under a private home)."""
+    work_dir.chmod(0o711)
+    ledger.touch(mode=0o666)
+    ledger.chmod(0o666)
+    script = work_dir / "jobscript.py"
+    shutil.copy(JOBSCRIPT, script)
+    script.chmod(0o644)
+    return "/usr/bin/python3", str(script)
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m tests.faults.harness",
@@ -277,6 +298,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--covers", default="", metavar="TEXT",
                         help="what this run is for, for the page's table")  # fmt: skip
     parser.add_argument("--work-dir", type=Path, help="default: a new temporary directory")
+    parser.add_argument("--jobs-as", metavar="USER",
+                        help="workers (root) run every job as this user, e.g. nobody")  # fmt: skip
     parser.add_argument("--fire-backlog", type=int, metavar="N",
                         help="schedulers hold firing at N fired runs unread by placement "
                         "(default 1,000; a small N keeps the firing brake engaged)")  # fmt: skip
@@ -302,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
         work_dir=work_dir,
         fire_backlog=args.fire_backlog,
         covers=args.covers,
+        jobs_as=args.jobs_as,
     )
     try:
         outcome = run_harness(config, command_line(argv))

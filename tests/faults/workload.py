@@ -11,13 +11,14 @@ attempt lost with its worker is rerun and its rerun delay can be measured.
 from __future__ import annotations
 
 import random
+import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from etcdsched.model.spec import JobSpec
-from tests.support.ledgerfile import job_argv
+from tests.support.ledgerfile import JOBSCRIPT, job_argv
 
 MIX = ("quick", "long", "quick", "failing", "quick", "hanging", "quick", "long", "failing")
 OVERLAPS = {
@@ -46,10 +47,13 @@ class JobPlan:
 
 
 class Workload:
-    def __init__(self, ledger: Path, rng: random.Random) -> None:
+    def __init__(
+        self, ledger: Path, rng: random.Random, runner: tuple[str, str] | None = None
+    ) -> None:
         self.ledger = ledger.resolve()  # agents run elsewhere: the path must be absolute
         self.rng = rng
         self.one_offs = 0
+        self.runner = runner or (sys.executable, JOBSCRIPT)
 
     def recurring(self, count: int) -> list[JobPlan]:
         plans = []
@@ -73,7 +77,8 @@ class Workload:
     def argv(self, kind: str) -> list[str]:
         low, high = SLEEP[kind]
         sleep = round(self.rng.uniform(low, high), 2)
-        return job_argv(self.ledger, sleep, 1 if kind == "failing" else 0, "--beat")
+        code = 1 if kind == "failing" else 0
+        return job_argv(self.ledger, sleep, code, "--beat", runner=self.runner)
 
     def spec(self, kind: str, trigger: dict[str, Any], overlap: str) -> JobSpec:
         return JobSpec.model_validate(

@@ -10,10 +10,17 @@ from typing import Any
 JOBSCRIPT = str(Path(__file__).with_name("jobscript.py"))
 
 
-def job_argv(ledger: Path, sleep: float = 0.0, exit_code: int = 0, *extra: str) -> list[str]:
+def job_argv(
+    ledger: Path,
+    sleep: float = 0.0,
+    exit_code: int = 0,
+    *extra: str,
+    runner: tuple[str, str] = (sys.executable, JOBSCRIPT),
+) -> list[str]:
+    """``runner``: the interpreter and script (jobs of another user need
+    ones that user can reach)."""
     return [
-        sys.executable,
-        JOBSCRIPT,
+        *runner,
         str(ledger),
         "--sleep",
         str(sleep),
