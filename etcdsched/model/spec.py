@@ -39,11 +39,12 @@ flag of the container runtime."""
 MAX_ARG_BYTES = 131_071
 """The kernel's limit on one argv or environment string (MAX_ARG_STRLEN,
 128 KiB, less its terminating NUL)."""
-LOADER_ENV_PREFIXES = ("LD_", "DYLD_")
+LOADER_ENV_PREFIXES = ("LD_", "DYLD_", "MALLOC_")
 LOADER_ENV_NAMES = frozenset(
     {
         *("BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "IFS", "PS4"),
-        *("GCONV_PATH", "HOSTALIASES", "LOCPATH", "NLSPATH", "RESOLV_HOST_CONF"),
+        *("GCONV_PATH", "GLIBC_TUNABLES", "HOSTALIASES", "LOCPATH", "NLSPATH"),
+        "RESOLV_HOST_CONF",
         *("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONINSPECT"),
         *("PERL5LIB", "PERL5OPT", "PERLLIB", "RUBYLIB", "RUBYOPT"),
         *("NODE_OPTIONS", "NODE_PATH", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS"),

@@ -127,13 +127,15 @@ class ProcessExecutor(StartsAtOnce):
         guard: Callable[[int], None] | None = None,
     ) -> Prepared:
         place = self.sandbox.place(run, attempt)
+        env = job_environment(run, attempt, worker_id, place.env)
         job = _JobLaunch(
-            env=job_environment(run, attempt, worker_id, place.env),
+            env=env,
             cwd=place.cwd,
             user=place.user,
             grace=run.spec.kill_grace.total_seconds(),
             on_end=functools.partial(self.sandbox.scratch.remove, place.scratch),
             setpriv=self.sandbox.run_as.setpriv,
+            env_file=write_env_file(place.scratch, env, place.user) if place.user else None,
         )
         execution = run.spec.execution
         if isinstance(execution, ContainerExecution):
@@ -170,7 +172,7 @@ class ProcessExecutor(StartsAtOnce):
                 stdin=gate_read,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                env=job.env,
+                env=job.spawn_env(),
                 cwd=job.cwd if job.user is None else "/",
                 start_new_session=True,
             )
@@ -205,6 +207,15 @@ class _JobLaunch:
     grace: float
     on_end: Callable[[], None]
     setpriv: str = "setpriv"
+    env_file: Path | None = None
+    """A switched job's environment, read by its gate after the switch."""
+
+    def spawn_env(self) -> dict[str, str]:
+        """What the spawned process starts with. A switched job gets its own
+        environment only after the switch, from :attr:`env_file`: ``setpriv``
+        runs as the agent (root), where a variable such as ``LD_PRELOAD``
+        would run the tenant's code as root."""
+        return self.env if self.user is None else dict(SWITCH_ENV)
 
     def gate(self, argv: list[str]) -> list[str]:
         """What to spawn: the gate, then ``argv``. For a job of another user,
@@ -218,18 +229,38 @@ class _JobLaunch:
         if self.user is None:
             return [*GATE, *argv]
         ids = [f"--reuid={self.user.uid}", f"--regid={self.user.gid}", "--clear-groups"]
-        return [self.setpriv, *ids, "--", *GATE_IN_DIR, str(self.cwd), *argv]
+        return [self.setpriv, *ids, "--", *GATE_AS_USER, str(self.env_file), str(self.cwd), *argv]
 
 
 GATE = ["/bin/sh", "-c", 'read -r _ || exit 125; exec </dev/null; exec "$@"', "etcdsched-gate"]
 """Waits for the worker's go (its stdin), gives the job /dev/null as stdin."""
-GATE_IN_DIR = [
+GATE_AS_USER = [
     "/bin/sh",
     "-c",
-    'read -r _ || exit 125; exec </dev/null; cd -- "$1" || exit 126; shift; exec "$@"',
+    'read -r _ || exit 125; exec </dev/null; exec 3<"$1" || exit 126; rm -f -- "$1"; '
+    '. /dev/fd/3 || exit 126; exec 3<&-; cd -- "$2" || exit 126; shift 2; exec "$@"',
     "etcdsched-gate",
 ]
-"""The gate, which then enters the directory given first (as the job's user)."""
+"""The gate of a job of another user: once open, it takes the job's
+environment from the file given first (removed before it is read, so that
+nothing but the job itself ever runs with that environment), enters the
+directory given second, both as the job's user, then execs the job."""
+SWITCH_ENV = {"PATH": "/usr/bin:/bin"}
+"""All that ``setpriv`` and the gate start with before the job's environment."""
+ENV_FILE = ".etcdsched-env"
+
+
+def write_env_file(scratch: Path, env: dict[str, str], user: JobUser) -> Path:
+    """``env`` as ``export NAME='value'`` lines in the attempt's scratch
+    directory, readable by the job's user alone. Names are checked when the
+    job is submitted; values are quoted (a NUL, which no quoting survives,
+    is refused at submission too)."""
+    path = scratch / ENV_FILE
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with open(fd, "w") as out:
+        out.write("".join(f"export {name}={shlex.quote(value)}\n" for name, value in env.items()))
+    os.chown(path, user.uid, user.gid)
+    return path
 
 
 def _not_executable(program: str, env: dict[str, str], cwd: Path | None) -> OSError | None:

@@ -147,3 +147,16 @@ def test_a_job_cannot_work_in_a_directory_it_may_not_enter(cluster: Cluster) -> 
     out = cluster.log(run["id"])
     assert run["state"] == "failed" and run["attempts"][-1]["exit_code"] == 126, run
     assert cluster.admin_token not in out and "can't cd" in out
+
+
+def test_a_loader_variable_reaches_the_job_only_never_the_switch(cluster: Cluster) -> None:
+    """A tenant allowed LD_PRELOAD gets it in its job, not in ``setpriv``
+    (root) or the gate: the job's environment is set after the switch. The
+    loader complains once for every process started with a missing preload:
+    the job's shell and its ``true``, nothing before them."""
+    status, _ = cluster.call("PUT", "/v1/tenants/trusted", {"loader_env": True})
+    assert status == 200
+    missing = "/nonexistent/preload.so"
+    run = cluster.run_job("preload", "trusted", "exec true", env={"LD_PRELOAD": missing})
+    out = cluster.log(run["id"])
+    assert out.count(missing) == 2, out
