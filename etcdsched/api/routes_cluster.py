@@ -21,6 +21,7 @@ from etcdsched.model.errors import EtcdschedError, InvalidInput, NotFound
 from etcdsched.model.records import OwnerRecord, SchedulerMember, WorkerMember
 from etcdsched.model.spec import TENANT_PATTERN
 from etcdsched.store.cache import list_all
+from etcdsched.store.keys import TENANT_SEP
 from etcdsched.store.kv import prefix_end
 
 READY_TIMEOUT = 2.0
@@ -98,7 +99,19 @@ async def get_tenant(call: Call) -> web.StreamResponse:
         raise NotFound(f"tenant {name} not found", field="tenant")
     kv = await call.services.store.get(call.services.keys.tenant(name))
     record = kv.decode(TenantRecord).value if kv else TenantRecord(name=name)
-    return json_model(TenantView.model_validate(record.model_dump()))
+    depth = await _tenant_queue_depth(call, name)
+    return json_model(TenantView.model_validate({**record.model_dump(), "queue_depth": depth}))
+
+
+async def _tenant_queue_depth(call: Call, tenant: str) -> int:
+    """The tenant's runs waiting for placement: what a tenant may know of
+    the queue (the whole cluster view is the admin's). Queue keys end in
+    the run id, which begins with the tenant; one keys-only read."""
+    keys = call.services.keys
+    prefix = keys.queue_root()
+    page = await call.services.store.range(prefix, prefix_end(prefix), keys_only=True)
+    mine = f"/{tenant}{TENANT_SEP}"
+    return sum(1 for kv in page.kvs if mine in kv.key)
 
 
 async def healthz(call: Call) -> web.StreamResponse:

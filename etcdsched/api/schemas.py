@@ -206,6 +206,7 @@ class TenantView(_Output):
     name: str
     limits: TenantLimits
     updated_ms: int = 0
+    queue_depth: int = Field(0, description="The tenant's runs waiting for placement now.")
 
 
 class OwnerView(OwnerRecord):

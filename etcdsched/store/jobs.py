@@ -16,7 +16,6 @@ raced no one, so that is no conflict for it.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import uuid
 from collections.abc import Awaitable, Callable
@@ -108,17 +107,19 @@ class JobService(ManualRuns):
         self, spec: JobSpec, job_id: str | None = None, idempotency_key: str | None = None
     ) -> JobRecord:
         """Create a job and its first due entry atomically. Compares: the job
-        key is absent, and so is the idempotency key if one was given.
+        key is absent, no run of an earlier job of that id is still active
+        (a deleted job's runs end before its id is used again: the new job
+        must not inherit them), and the idempotency key is absent if one
+        was given.
 
         ``job_id`` is a name (or a full ``<tenant>:<name>`` id of the spec's
-        tenant); the job's id is the full one. A name whose earlier job was
-        deleted while its runs still end is refused until they have ended."""
+        tenant); the job's id is the full one."""
         job_id = self._checked_id(spec.tenant, job_id or f"job-{uuid.uuid4().hex[:12]}")
         spec = await checked_dependencies(self.store, self.keys, job_id, spec)
-        await self._earlier_runs_ended(job_id)
         now = self.clock.now_ms()
         job = JobRecord(id=job_id, spec=spec, created_ms=now, updated_ms=now, anchor_ms=now)
-        compares = [Cmp.absent(self.keys.job(job_id))]
+        earlier_runs = self.keys.active_prefix(self.partition(job_id), job_id)
+        compares = [Cmp.absent(self.keys.job(job_id)), Cmp.prefix_empty(earlier_runs)]
         ops = [Ops.put(self.keys.job(job_id), job), *self._schedule_ops(job, 1, None, now - 1)]
         idem_key = self._idem_key(spec.tenant, idempotency_key)
         if idem_key:
@@ -145,6 +146,12 @@ class JobService(ManualRuns):
             if kv is not None:
                 return await self.get(kv.value.decode())
         existing = await self.store.get(self.keys.job(job.id))
+        if existing is None and not maybe_ours and await self.active_run_ids(job.id):
+            raise Conflict(
+                f"runs of an earlier job {job.id} are still ending; create it again once they"
+                " have",
+                field="id",
+            )
         if existing is None:
             raise OutcomeUnknown(f"creating job {job.id}: outcome unknown, nothing stored")
         record = existing.decode(JobRecord).value
@@ -167,20 +174,6 @@ class JobService(ManualRuns):
             return full_job_id(tenant, name)
         except KeyError_ as exc:
             raise InvalidInput(str(exc), field="id") from None
-
-    async def _earlier_runs_ended(self, job_id: str) -> None:
-        """A deleted job's runs end (cancelled) before its id is used again:
-        a new job of that id must not inherit them. Read before the create:
-        runs of a deleted job can only end, never start."""
-        job, active = await asyncio.gather(
-            self.store.get(self.keys.job(job_id)), self.active_run_ids(job_id)
-        )
-        if job is None and active:
-            raise Conflict(
-                f"runs of an earlier job {job_id} are still ending ({len(active)}); create it"
-                " again once they have",
-                field="id",
-            )
 
     def _schedule_ops(
         self, job: JobRecord, key_version: int, prev: DueEntry | None, after_ms: int

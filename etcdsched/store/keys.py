@@ -213,8 +213,12 @@ class Keys:
         return int(pp), parse_run_id(run_id(job_id, seq))
 
     # -- placement queue -------------------------------------------------
+    def queue_root(self) -> str:
+        """Every partition's queue."""
+        return f"{self.prefix}queue/"
+
     def queue_prefix(self, partition: int) -> str:
-        return f"{self.prefix}queue/{self._pp(partition)}/"
+        return f"{self.queue_root()}{self._pp(partition)}/"
 
     def queue(self, partition: int, priority: int, not_before_ms: int, rid: str) -> str:
         """Queue order is priority (high first), then not-before time, then run id."""

@@ -7,11 +7,9 @@ import asyncio
 import json
 from pathlib import Path
 
-import pytest
 from click.testing import CliRunner, Result
 
 from etcdsched.cli.main import main
-from etcdsched.cli.support import resolve_connection
 from etcdsched.model.states import RunState
 from tests.api.conftest import Api
 
@@ -99,29 +97,3 @@ async def test_logs_status_and_tokens(api: Api) -> None:
     )
     limited = await cli(api, "tenant", "set", "acme", "--max-jobs", "3")
     assert limited.exit_code == 0 and "max_jobs" in limited.output
-
-
-def _pair(url: str | None, token: str | None) -> tuple[str, str | None]:
-    conn = resolve_connection(url, token)
-    return conn.url, conn.token
-
-
-def test_connection_settings_come_whole_from_the_first_place_that_has_them(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Flag/env, then the config file, then ./.etcdsched/admin.token only when
-    no URL was configured: a local token never goes to a configured remote API."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
-    assert _pair(None, None) == ("http://127.0.0.1:8080", None)
-    assert "looked at" in resolve_connection(None, None).source
-    (tmp_path / ".etcdsched").mkdir()
-    (tmp_path / ".etcdsched" / "admin.token").write_text("local\n")
-    assert _pair(None, None) == ("http://127.0.0.1:8080", "local")
-    (tmp_path / "cfg" / "etcdsched").mkdir(parents=True)
-    (tmp_path / "cfg" / "etcdsched" / "config.yaml").write_text("url: http://h:1\ntoken: t1\n")
-    assert _pair(None, None) == ("http://h:1", "t1")  # the config file beats the local token
-    (tmp_path / "cfg" / "etcdsched" / "config.yaml").write_text("url: http://h:1\n")
-    assert _pair(None, None) == ("http://h:1", None)  # never the local token with its URL
-    assert _pair("http://x:2", "flag") == ("http://x:2", "flag")
-    assert _pair(None, "flag") == ("http://127.0.0.1:8080", "flag")
