@@ -129,8 +129,8 @@ class DeleteQuery(_Input):
 
 
 class LogQuery(_Input):
-    attempt: int | None = Field(None, ge=1, description="Default: the latest attempt.")
-    offset: int = Field(0, ge=0)
+    attempt: int | None = Field(None, ge=1, le=1_000_000, description="Default: the latest.")
+    offset: int = Field(0, ge=0, le=1 << 50, description="Byte offset (at most 2^50).")
     limit: int = Field(1 << 20, ge=1, le=1 << 20)
     follow: bool = Field(False, description="Stream while the attempt is executing.")
 

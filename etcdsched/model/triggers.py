@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from itertools import count, islice
 from typing import Annotated, Literal, Self
 
@@ -88,13 +88,29 @@ def _instant_input(value: object, info: ValidationInfo) -> object:
     )
 
 
+_EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LAST_INSTANT = datetime(5138, 11, 16, 9, 46, 39, 999000, tzinfo=UTC)
+"""The last instant a slot can name: slots are 14-digit epoch milliseconds in
+keys (``etcdsched.store.keys``), so 10^14 ms is out of reach."""
+
+
 def _require_offset(value: datetime, info: ValidationInfo) -> datetime:
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValueError(
             f"{info.field_name} must include a UTC offset (RFC 3339, e.g. "
             f"'2026-12-02T10:00:00Z' or '+01:00'); got naive {value.isoformat()!r}"
         )
+    try:
+        in_utc = value.astimezone(UTC)
+    except OverflowError:  # e.g. 9999-12-31T23:59:59-14:00 is past year 9999 in UTC
+        in_utc = None
+    if in_utc is None or not _EARLIEST <= in_utc <= LAST_INSTANT:
+        raise ValueError(
+            f"{info.field_name} must be between 1970-01-01T00:00:00Z and"
+            f" {LAST_INSTANT.isoformat(timespec='milliseconds')} (in UTC)"
+        )
     return value
+
 
 
 Instant = Annotated[datetime, BeforeValidator(_instant_input), AfterValidator(_require_offset)]

@@ -162,3 +162,34 @@ def test_client_maps_error_bodies_to_the_error_tree() -> None:
     assert isinstance(unknown, ApiError) and (unknown.code, unknown.http_status) == ("teapot", 418)
     proxy = error_from_response(502, "<html>bad gateway</html>", {})
     assert isinstance(proxy, ApiError) and proxy.http_status == 502
+
+
+@pytest.mark.parametrize(
+    ("trigger", "field"),
+    [
+        ({"kind": "at", "at": "9999-12-31T23:59:59-14:00"}, "spec.trigger.at.at"),
+        ({"kind": "at", "at": "0001-01-01T00:00:00Z"}, "spec.trigger.at.at"),
+        ({"kind": "at", "at": "6000-01-01T00:00:00Z"}, "spec.trigger.at.at"),
+        ({"kind": "interval", "every": "1h", "start": "0001-01-01T00:00:00+00:00"}, None),
+    ],
+)
+async def test_instants_out_of_range_are_422_never_500(
+    api: Api, trigger: dict[str, object], field: str | None
+) -> None:
+    """Slots are epoch milliseconds in 14-digit keys: 1970 to 5138 UTC."""
+    body = {"spec": {"trigger": trigger, "execution": {"argv": ["true"]}}}
+    status, answer, _ = await api.call("POST", "/v1/jobs", api.admin, json=body)
+    assert status == 422, answer
+    assert "1970-01-01" in answer["error"]["message"]
+    if field is not None:
+        assert answer["error"]["field"] == field
+
+
+async def test_a_log_offset_past_any_file_is_422(api: Api) -> None:
+    async with api.client(api.admin) as client:
+        await client.create_job(spec(), job_id="offsets")
+        run = await client.trigger_job("offsets")
+    for offset in (2**63, 2**50 + 1):
+        path = f"/v1/runs/{run.id}/log?offset={offset}"
+        status, body, _ = await api.call("GET", path, api.admin)
+        assert (status, body["error"]["field"]) == (422, "offset"), body
