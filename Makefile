@@ -12,7 +12,7 @@ up: install
 	.venv/bin/etcdsched up
 
 lint: install
-	.venv/bin/ruff check etcdsched tests
+	.venv/bin/ruff check etcdsched tests scripts
 	.venv/bin/mypy --strict etcdsched
 	.venv/bin/lint-imports
 

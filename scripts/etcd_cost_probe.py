@@ -19,8 +19,8 @@ from pathlib import Path
 
 from etcdsched.bench.env import cpu_seconds
 from etcdsched.store.embedded import EtcdTuning, etcd_binary
-from etcdsched.store.etcd_cluster import EtcdCluster
 from etcdsched.store.etcd import EtcdOptions, EtcdStore
+from etcdsched.store.etcd_cluster import EtcdCluster
 from etcdsched.store.kv import Cmp, Ops
 
 KEYS = 10_000

@@ -47,8 +47,8 @@ from typing import Any
 from etcdsched.bench.env import cpu_seconds
 from etcdsched.bench.raw import measure_puts
 from etcdsched.store.embedded import EtcdTuning
-from etcdsched.store.etcd_cluster import EtcdCluster
 from etcdsched.store.etcd import EtcdOptions, EtcdStore
+from etcdsched.store.etcd_cluster import EtcdCluster
 from etcdsched.store.keys import Keys
 from etcdsched.store.kv import Cmp, Compare, Op, Ops
 

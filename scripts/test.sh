@@ -15,7 +15,7 @@ fi
 .venv/bin/python -m pip install --quiet -e '.[test]'
 
 echo "== ruff"
-.venv/bin/ruff check etcdsched tests
+.venv/bin/ruff check etcdsched tests scripts
 echo "== mypy --strict"
 .venv/bin/mypy --strict etcdsched
 echo "== lint-imports (the layers of .importlinter)"
