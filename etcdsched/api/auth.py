@@ -35,7 +35,7 @@ from etcdsched.model.spec import TENANT_PATTERN
 from etcdsched.runtime.clock import Clock, SystemClock
 from etcdsched.store.cache import PrefixCache
 from etcdsched.store.keys import Keys
-from etcdsched.store.kv import Cmp, Ops, Store, prefix_end
+from etcdsched.store.kv import Cmp, Compare, Op, Ops, Store, prefix_end
 
 Role = Literal["viewer", "editor", "tenant-admin", "admin"]
 ROLE_RANK: dict[str, int] = {"viewer": 0, "editor": 1, "tenant-admin": 2, "admin": 3}
@@ -107,7 +107,6 @@ class Principal:
     name: str
     tenant: str
     role: Role
-    token_id: str = ""
 
     @property
     def is_admin(self) -> bool:
@@ -129,6 +128,33 @@ def new_secret() -> str:
     return SECRET_PREFIX + secrets.token_urlsafe(32)
 
 
+@dataclass(frozen=True)
+class IssuedToken:
+    """A token just stored: its secret (shown once, kept nowhere), its id
+    (the secret's SHA-256, which names it) and its record."""
+
+    secret: str
+    id: str
+    record: TokenRecord
+
+
+async def _issue(
+    store: Store, keys: Keys, record: TokenRecord, also: tuple[Compare, Op] | None = None
+) -> IssuedToken | None:
+    """Store ``record`` under a new secret's hash, with ``also`` in the same
+    transaction; None if a compare failed. Compare: the hash key is absent
+    (a collision of 256 random bits would otherwise overwrite a token)."""
+    secret = new_secret()
+    token_id = hash_token(secret)
+    key = keys.token(token_id)
+    compares, ops = [Cmp.absent(key)], [Ops.put(key, record)]
+    if also is not None:
+        compares.append(also[0])
+        ops.append(also[1])
+    result = await store.txn(compares, ops)
+    return IssuedToken(secret, token_id, record) if result.succeeded else None
+
+
 async def create_token(
     store: Store,
     keys: Keys,
@@ -138,20 +164,14 @@ async def create_token(
     name: str,
     now_ms: int,
     expires_ms: int | None = None,
-) -> tuple[str, str]:
-    """Store a new token's hash; return the secret (shown once) and its id.
-    Compare: the hash key is absent (a collision of 256 random bits would
-    otherwise overwrite another token)."""
+) -> IssuedToken:
     record = TokenRecord(
         tenant=tenant, role=role, name=name, created_ms=now_ms, expires_ms=expires_ms
     )
-    secret = new_secret()
-    token_id = hash_token(secret)
-    key = keys.token(token_id)
-    result = await store.txn([Cmp.absent(key)], [Ops.put(key, record)])
-    if not result.succeeded:
+    issued = await _issue(store, keys, record)
+    if issued is None:
         raise Conflict("token collision; try again")
-    return secret, token_id
+    return issued
 
 
 async def bootstrap_admin_token(
@@ -159,22 +179,19 @@ async def bootstrap_admin_token(
 ) -> str:
     """The first admin token of a cluster, made once: refused when an admin
     token exists or one was bootstrapped before (even if since revoked:
-    then an admin makes the next one). Compare: the bootstrap marker is
-    absent, so two bootstraps at once make one token."""
+    then an admin makes the next one). Compare, besides the token's own:
+    the bootstrap marker is absent, so two bootstraps at once make one token."""
     prefix = keys.tokens_prefix()
     page = await store.range(prefix, prefix_end(prefix))
     if any(kv.decode(TokenRecord).value.role == "admin" for kv in page.kvs):
         raise Conflict("an admin token exists already: ask its holder for a new one")
     record = TokenRecord(tenant="default", role="admin", name=name, created_ms=now_ms)
-    secret = new_secret()
-    marker, key = keys.admin_bootstrap(), keys.token(hash_token(secret))
-    result = await store.txn(
-        [Cmp.absent(marker), Cmp.absent(key)],
-        [Ops.put(marker, BootstrapRecord(created_ms=now_ms)), Ops.put(key, record)],
-    )
-    if not result.succeeded:
+    marker = keys.admin_bootstrap()
+    once = (Cmp.absent(marker), Ops.put(marker, BootstrapRecord(created_ms=now_ms)))
+    issued = await _issue(store, keys, record, once)
+    if issued is None:
         raise Conflict("the first admin token was made already (bootstrap runs once)")
-    return secret
+    return issued.secret
 
 
 class BootstrapRecord(Record):
@@ -251,7 +268,7 @@ class Authenticator:
         if record is None or (record.expires_ms is not None and record.expires_ms <= now_ms):
             raise Unauthorized("unknown, expired or revoked token")
         self._used[token_id] = now_ms
-        return Principal(record.name, record.tenant, record.role, token_id)
+        return Principal(record.name, record.tenant, record.role)
 
     async def _record(self, token_id: str, client: str) -> TokenRecord | None:
         """From the watched copy; a token it lacks (not there, or made a

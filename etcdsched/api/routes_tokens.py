@@ -43,7 +43,7 @@ async def create_api_token(call: Call) -> web.StreamResponse:
     services = call.services
     now_ms = services.clock.now_ms()
     expires = now_ms + int(body.expires_in.total_seconds() * 1000) if body.expires_in else None
-    secret, token_id = await create_token(
+    issued = await create_token(
         services.store,
         services.keys,
         tenant=tenant,
@@ -52,10 +52,7 @@ async def create_api_token(call: Call) -> web.StreamResponse:
         now_ms=now_ms,
         expires_ms=expires,
     )
-    record = TokenRecord(
-        tenant=tenant, role=body.role, name=body.name, created_ms=now_ms, expires_ms=expires
-    )
-    created = TokenCreated(token=secret, **_view(token_id, record).model_dump())
+    created = TokenCreated(token=issued.secret, **_view(issued.id, issued.record).model_dump())
     return json_model(created, 201)
 
 

@@ -24,7 +24,7 @@ from etcdsched.api.errors import MalformedRequest
 from etcdsched.api.quotas import Quotas
 from etcdsched.api.services import ApiServices
 from etcdsched.model.errors import Forbidden, NotFound, PayloadTooLarge, QuotaExceeded
-from etcdsched.store.keys import JOB_ID_PATTERN, TENANT_SEP, tenant_of_job
+from etcdsched.store.keys import JOB_ID_PATTERN, full_job_id, tenant_of_job
 
 M = TypeVar("M", bound=BaseModel)
 AuthMode = Literal["none", "viewer", "editor", "tenant-admin", "admin"]
@@ -124,14 +124,10 @@ class Call:
 def full_id_for(who: Principal, raw: str, field: str) -> str:
     """``raw`` (a job name or full id, from a path) as a full job id, or 404:
     another tenant's id is indistinguishable from a missing one."""
-    if not JOB_ID_PATTERN.match(raw):
+    tenant = tenant_of_job(raw) or who.tenant
+    if not JOB_ID_PATTERN.match(raw) or not who.sees(tenant):
         raise NotFound(f"{raw} not found", field=field)
-    tenant = tenant_of_job(raw)
-    if tenant is None:
-        return f"{who.tenant}{TENANT_SEP}{raw}"
-    if not who.sees(tenant):
-        raise NotFound(f"{raw} not found", field=field)
-    return raw
+    return full_job_id(tenant, raw)
 
 
 CallHandler = Callable[[Call], Awaitable[web.StreamResponse]]

@@ -15,7 +15,8 @@ from etcdsched.bench import SCENARIOS
 @dataclass(frozen=True)
 class BenchOptions:
     scenarios: tuple[str, ...] = SCENARIOS
-    fsync: bool = False
+    fsync: bool = True
+    """etcd's fsync, as users run it; off is a tuned, labelled run."""
     out_dir: Path = Path("bench-results")
     docs: Path = Path("docs/benchmarks.md")
     data_dir: Path | None = None

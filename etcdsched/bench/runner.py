@@ -1,7 +1,7 @@
 """Runs the selected scenarios against a private etcd and writes the results.
 
-One single-member etcd for the whole run (``--unsafe-no-fsync`` unless
-``--fsync``; said on the report), a fresh key prefix per scenario. A
+One single-member etcd for the whole run (fsync on, as users run it,
+unless ``--unsafe-no-fsync``; said on the report), a fresh key prefix per scenario. A
 scenario that fails is recorded with its error and the others still run;
 the results file is rewritten after every scenario, so an interrupted run
 keeps what it measured.

@@ -46,9 +46,10 @@ def secure_embedded_etcd(endpoint: str, data_dir: Path, prefix: str) -> EtcdCred
     step tolerates having been done)."""
     password_file = data_dir / PASSWORD_FILE
     credentials = EtcdCredentials(AGENT_USER, password_file)
-    if password_file.exists() and _auth_enabled(endpoint):
+    enabled = _auth_enabled(endpoint)
+    if enabled and password_file.exists():
         return credentials
-    if _auth_enabled(endpoint):
+    if enabled:
         raise RuntimeError(
             f"etcd at {endpoint} has authentication on but {password_file} is missing:"
             " restore it, or start with a new data directory"

@@ -93,10 +93,10 @@ async def api(store: EtcdStore, keys: Keys, tmp_path: Path) -> AsyncIterator[Api
     url, runner = await serve(services)
     admin = await create_admin_token(store, keys)
     now = clock.now_ms()
-    acme, _ = await create_token(store, keys, tenant="acme", role="editor", name="ann", now_ms=now)
-    globex, _ = await create_token(
+    acme = await create_token(store, keys, tenant="acme", role="editor", name="ann", now_ms=now)
+    globex = await create_token(
         store, keys, tenant="globex", role="editor", name="gus", now_ms=now
     )
     async with aiohttp.ClientSession() as http:
-        yield Api(url, admin, acme, globex, services, logs, http)
+        yield Api(url, admin, acme.secret, globex.secret, services, logs, http)
     await runner.cleanup()
