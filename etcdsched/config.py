@@ -66,6 +66,13 @@ class Config(BaseSettings):
 
     # worker
     worker_slots: int = Field(4, ge=0, le=1_000_000)
+    worker_start_window: int = Field(
+        256,
+        ge=1,
+        le=100_000,
+        description="Attempts a worker takes from claim to start at once; the rest of a herd"
+        " waits unclaimed, in due and priority order (etcdsched.worker.admission).",
+    )
     worker_cpu: float = Field(0.0, ge=0)
     worker_memory_mb: int = Field(0, ge=0)
     worker_gpu: int = Field(0, ge=0)

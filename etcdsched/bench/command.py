@@ -93,6 +93,10 @@ _OPTIONS = [
     click.option("--burst-sizes", type=COUNTS, help="burst: e.g. 10k,100k."),
     click.option("--burst-lead", type=DURATION, help="burst: submitted this long ahead."),
     click.option("--burst-workers", type=click.IntRange(min=1)),
+    click.option("--burst-shape", type=click.Choice(["defaults", "tuned"]),
+                 help="burst: defaults = one worker with N slots and the default lookahead,"
+                 " as `etcdsched up` runs; tuned = lookahead = lead, workers hold the burst."),
+    click.option("--burst-executor", type=click.Choice(["noop", "process"])),
     click.option("--scan-sizes", type=COUNTS, help="scan: stored jobs, e.g. 10k,1M."),
     click.option("--scan-due", type=click.IntRange(min=1), help="scan: due slots per pass."),
     click.option("--scan-passes", type=click.IntRange(min=1)),

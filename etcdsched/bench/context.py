@@ -129,6 +129,13 @@ class BenchContext:
         progress.done("(drain timeout)")
         return False
 
+    async def workers_kept_lease(self, keys: Keys, workers: int) -> bool:
+        """Whether every worker still runs its first session: a worker that
+        lost its lease registers again as ``<id>.<incarnation>``."""
+        members = await self.store.range(keys.members_prefix("workers"), keys_only=True)
+        names = [kv.key.rsplit("/", 1)[-1] for kv in members.kvs]
+        return len(names) == workers and not any("." in name for name in names)
+
     async def cleanup(self, keys: Keys) -> None:
         """Delete a finished scenario's keys, so later ones run on a small database."""
         await self.store.txn([], [Ops.delete_prefix(keys.prefix)])

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from typing import Any
 
 from etcdsched.bench.context import BenchContext, BenchError
@@ -29,9 +30,11 @@ from etcdsched.bench.measure import (
     read_runs,
     summary,
 )
+from etcdsched.bench.options import BenchOptions
 from etcdsched.bench.progress import note
 from etcdsched.bench.results import ScenarioResult, Table, Target
 from etcdsched.bench.throughput import START_DELAY_MS, expected_slots, interval_rows
+from etcdsched.config import Config
 from etcdsched.model.cronwall import ms_to_utc
 from etcdsched.model.errors import EtcdschedError
 
@@ -176,20 +179,27 @@ def _idle_note(ctx: BenchContext, median: int) -> str:
     )
 
 
-def burst_ahead_s(size: int, lead_s: float) -> float:
-    """How long before T the submission ends: at least ``lead_s``, and long
-    enough for the pipeline to fire, place and claim every slot before T
-    (at ``PRESTAGE_RATE``, measured on this machine, plus 10 s)."""
-    return max(lead_s, size / PRESTAGE_RATE + 10)
+def burst_ahead_s(size: int, opts: BenchOptions) -> float:
+    """How long before T the submission ends: ``burst_lead``; tuned, also
+    long enough for the pipeline to fire, place and claim every slot before
+    T (at ``PRESTAGE_RATE``, measured on this machine, plus 10 s)."""
+    if opts.burst_shape == "defaults":
+        return opts.burst_lead
+    return max(opts.burst_lead, size / PRESTAGE_RATE + 10)
 
 
-def burst_fleet_shape(size: int, workers: int, lead_ms: int) -> tuple[int, int, int]:
-    """(workers, slots per worker, lookahead ms) for a burst of ``size``:
-    every slot is fired and placed as soon as it is submitted (lookahead =
-    lead), on workers whose capacity holds the whole burst (a worker keeps
-    one log file open per claimed run, so one holds at most
+def burst_fleet_shape(size: int, opts: BenchOptions, lead_ms: int) -> tuple[int, int, int]:
+    """(workers, slots per worker, lookahead ms) for a burst of ``size``.
+
+    ``defaults``: what ``etcdsched up`` runs, one worker whose slots hold
+    the burst and the agent's default lookahead. ``tuned``: every slot is
+    fired and placed as soon as it is submitted (lookahead = lead), on
+    workers whose capacity holds the whole burst (a worker keeps one log
+    file open per claimed run, so one holds at most
     ``MAX_CLAIMED_PER_WORKER``)."""
-    workers = max(workers, math.ceil(size / MAX_CLAIMED_PER_WORKER))
+    if opts.burst_shape == "defaults":
+        return 1, size, Config.model_fields["lookahead_ms"].default
+    workers = max(opts.burst_workers, math.ceil(size / MAX_CLAIMED_PER_WORKER))
     return workers, math.ceil(size / workers), lead_ms
 
 
@@ -197,13 +207,13 @@ async def _burst(ctx: BenchContext, size: int) -> tuple[list[RunTimes], int, dic
     opts = ctx.options
     keys = ctx.new_keys(f"burst-{size}")
     partitions = await ctx.init_cluster(keys)
-    lead_ms = int((burst_ahead_s(size, opts.burst_lead) + size / SUBMIT_RATE_GUESS + 2) * 1000)
-    workers, slots, lookahead_ms = burst_fleet_shape(size, opts.burst_workers, lead_ms)
+    lead_ms = int((burst_ahead_s(size, opts) + size / SUBMIT_RATE_GUESS + 2) * 1000)
+    workers, slots, lookahead_ms = burst_fleet_shape(size, opts, lead_ms)
     fleet = ctx.fleet(keys, f"burst-{size}", lookahead_ms=lookahead_ms, worker_slots=slots)
     try:
         fleet.spawn("sched-0", ("scheduler",))
         for i in range(workers):
-            fleet.spawn(f"worker-{i}", ("worker",), executor="noop")
+            fleet.spawn(f"worker-{i}", ("worker",), executor=opts.burst_executor)
         await ctx.wait_ready(keys, fleet, partitions, workers)
         at_ms = int(time.time() * 1000) + lead_ms
         spec = make_spec({"kind": "at", "at": ms_to_utc(at_ms)})
@@ -213,12 +223,14 @@ async def _burst(ctx: BenchContext, size: int) -> tuple[list[RunTimes], int, dic
         ahead_s = at_ms / 1000 - time.time()
         await ctx.sleep_with_progress(max(0.0, ahead_s), f"burst[{size}]: until T", keys)
         drained = await ctx.wait_drained(keys, size, f"burst[{size}]: drain")
+        kept_lease = not fleet.crashed() and await ctx.workers_kept_lease(keys, workers)
     finally:
         fleet.stop_all()
     times = await read_runs(ctx.store, keys)
     await ctx.cleanup(keys)
     shape = {"workers": workers, "slots": slots, "lookahead_s": lookahead_ms / 1000}
-    return times, at_ms, {"submit_s": submit_s, "ahead_s": ahead_s, "drained": drained, **shape}
+    info = {"submit_s": submit_s, "ahead_s": ahead_s, "drained": drained, **shape}
+    return times, at_ms, {**info, "kept_lease": kept_lease}
 
 
 def _burst_row(size: int, times: list[RunTimes], at_ms: int, info: dict[str, Any]) -> list[Any]:
@@ -228,8 +240,20 @@ def _burst_row(size: int, times: list[RunTimes], at_ms: int, info: dict[str, Any
     last_start = (max(starts) - at_ms) / 1000 if starts else None
     shape = [info["workers"], info["slots"], info["lookahead_s"]]
     placed = sum(1 for t in times if t.assigned_ms is not None and t.assigned_ms < at_ms)
+    states = Counter(t.state for t in times)
+    ended = ", ".join(f"{state} {n:,}" for state, n in sorted(states.items()))
     return [size, *shape, info["ahead_s"], info["submit_s"], f"{placed:,}", last_start, drain,
-            *_lag_cells(times, size)]  # fmt: skip
+            *_lag_cells(times, size), ended, "yes" if info["kept_lease"] else "NO"]  # fmt: skip
+
+
+_BURST_SHAPE_NOTES = {
+    "defaults": "Defaults, as `etcdsched up` runs: one worker whose slots hold the burst, the"
+    " agent's default lookahead; the jobs are written straight to etcd `burst_lead` ahead.",
+    "tuned": "Tuned: each size runs with lookahead = its lead (every slot is fired and placed as"
+    " soon as it is submitted) on workers whose slots hold the whole burst (a noop run occupies"
+    " nothing): the figure is the scheduler's and worker's cost at the instant, not a queue"
+    " behind too little capacity.",
+}
 
 
 def _burst_target(size: int, p99: float | None) -> Target:
@@ -243,23 +267,21 @@ async def run_burst(ctx: BenchContext) -> ScenarioResult:
     opts = ctx.options
     result = ScenarioResult(
         name="burst",
-        title="Burst: N one-off slots due at the same instant (noop executor)",
+        title=f"Burst: N one-off slots due at the same instant ({opts.burst_executor} executor,"
+        f" {opts.burst_shape} shape)",
         params={
             "sizes": list(opts.burst_sizes),
             "lead_s": opts.burst_lead,
             "min_workers": opts.burst_workers,
             "max_claimed_per_worker": MAX_CLAIMED_PER_WORKER,
+            "shape": opts.burst_shape,
+            "executor": opts.burst_executor,
         },
     )
-    result.notes.append(
-        "Each size runs with lookahead = its lead (every slot is fired and placed as soon as it"
-        " is submitted) on workers whose slots hold the whole burst (a noop run occupies"
-        " nothing): the figure is the scheduler's and worker's cost at the instant, not a"
-        " queue behind too little capacity."
-    )
+    result.notes.append(_BURST_SHAPE_NOTES[opts.burst_shape])
     rows = []
     for size in opts.burst_sizes:
-        ahead = burst_ahead_s(size, opts.burst_lead)
+        ahead = burst_ahead_s(size, opts)
         note(f"burst: {size:,} slots, submitted >= {ahead:g}s ahead")
         try:
             times, at_ms, info = await _burst(ctx, size)
@@ -278,7 +300,7 @@ async def run_burst(ctx: BenchContext) -> ScenarioResult:
         }
     columns = ["slots", "workers", "slots/worker", "lookahead s", "submitted ahead s",
                "submit took s", "placed by T", "last start after T s", "drained after T s",
-               *LAG_COLUMNS]  # fmt: skip
+               *LAG_COLUMNS, "runs by state", "workers kept their lease"]  # fmt: skip
     result.tables.append(Table("drain and start lag", columns, rows))
     result.notes.append("'drained' = the last run finished; empty when the drain timed out.")
     return result

@@ -33,6 +33,7 @@ class RunTimes:
     terminal: bool
     attempts: int
     created_by: str
+    state: str = ""
 
     @property
     def lag_ms(self) -> int | None:
@@ -62,6 +63,7 @@ def run_times(run: RunRecord) -> RunTimes:
         terminal=run.state.terminal,
         attempts=len(run.attempts),
         created_by=run.created_by,
+        state=run.state.value,
     )
 
 

@@ -63,6 +63,10 @@ class BenchOptions:
     burst_sizes: tuple[int, ...] = (10_000, 100_000)
     burst_lead: float = 60.0
     burst_workers: int = 2
+    burst_shape: str = "defaults"
+    """``defaults``: one worker with N slots, the agent's default lookahead
+    (what a user gets); ``tuned``: lookahead = lead, workers hold the burst."""
+    burst_executor: str = "noop"
     # scan
     scan_sizes: tuple[int, ...] = (10_000, 1_000_000)
     scan_due: int = 100

@@ -287,6 +287,12 @@ class ClaimHint(Record):
     timeout (it is never declared hung)."""
 
 
+HUNG_SLACK_MS = 5000
+"""How long after its timeout and kill grace a running attempt is declared
+hung by recovery: the worker's own timeout (and, with its loop stalled, its
+watchdog) ends the job first."""
+
+
 def hang_budget_ms(spec: JobSpec) -> int | None:
     """Timeout plus kill grace in ms, or ``None`` without a timeout."""
     if spec.timeout is None:
@@ -302,6 +308,9 @@ class Assignment(Record):
     not_before_ms: int
     resources: Resources
     cancel: bool = False
+    priority: int = 100
+    """The run's priority: a worker with more runs due than it can start at
+    once claims and starts higher priorities first."""
     claim_hint: ClaimHint | None = None
     """Set by every writer since ADR 0017; an assignment written before
     has none, and its worker reads the run before claiming."""

@@ -72,11 +72,24 @@ def assign_attempt(run: RunRecord, worker: str, now_ms: int) -> RunRecord:
 
 
 def start_attempt(run: RunRecord, now_ms: int, pid: int | None) -> RunRecord:
-    """assigned -> running."""
+    """assigned -> running; of a run already running (marked before its
+    gate opened), the attempt's start is set to when it actually did."""
     current = _current(run).model_copy(
         update={"state": RunState.RUNNING, "started_ms": now_ms, "pid": pid}
     )
-    return transition(run, RunState.RUNNING, now_ms, attempts=[*run.attempts[:-1], current])
+    attempts = [*run.attempts[:-1], current]
+    if run.state is RunState.RUNNING:
+        return run.model_copy(update={"attempts": attempts})
+    return transition(run, RunState.RUNNING, now_ms, attempts=attempts)
+
+
+def hand_back(run: RunRecord, now_ms: int, reason: str) -> RunRecord:
+    """assigned (or running whose job provably never started) -> pending:
+    the attempt is undone, as if it had never been assigned, so handing a
+    run back uses none of its attempts."""
+    back = transition(run, RunState.PENDING, now_ms, reason=reason)
+    undo = {"attempt": run.attempt - 1, "attempts": run.attempts[:-1], "worker": None}
+    return back.model_copy(update=undo)
 
 
 def finish_attempt(

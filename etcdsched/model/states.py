@@ -55,7 +55,7 @@ TRANSITIONS: dict[RunState, frozenset[RunState]] = {
     RunState.ASSIGNED: frozenset(
         {
             RunState.RUNNING,
-            RunState.PENDING,  # handed back by a worker shutting down
+            RunState.PENDING,  # handed back: never started (worker shut down or lost)
             RunState.RETRY_WAIT,
             RunState.LOST,
             RunState.CANCELLED,
@@ -64,6 +64,7 @@ TRANSITIONS: dict[RunState, frozenset[RunState]] = {
     ),
     RunState.RUNNING: frozenset(
         {
+            RunState.PENDING,  # handed back: marked running, its gate never opened
             RunState.SUCCEEDED,
             RunState.FAILED,
             RunState.TIMED_OUT,

@@ -45,6 +45,12 @@ LOST_RUNS = Counter(
     "Attempts marked lost because their worker's lease expired.",
     registry=REGISTRY,
 )
+REQUEUED_RUNS = Counter(
+    "etcdsched_requeued_runs",
+    "Runs put back in the queue, no attempt used, because their worker's lease expired"
+    " before their job started.",
+    registry=REGISTRY,
+)
 RETRIES = Counter(
     "etcdsched_retries",
     "Attempts scheduled again by the retry policy, by the outcome that caused them.",

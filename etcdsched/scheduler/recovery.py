@@ -2,7 +2,8 @@
 
 Recovery walks the partition's active pointers (never the run history): an
 attempt on a worker whose lease expired is ``lost`` (compare: its claim is
-absent, so a live worker's claim always wins), and a running attempt past
+absent, so a live worker's claim always wins), or, if it never started,
+handed back to the queue without using an attempt; and a running attempt past
 timeout + grace whose worker still holds the claim is hung: the claim is
 deleted (the worker kills the process) and the attempt is ``timed_out``.
 Both end the attempt with the same operations as a worker's report, so the
@@ -15,9 +16,9 @@ import logging
 
 from etcdsched.model.errors import NotFound
 from etcdsched.model.records import ActivePointer, RunRecord, WorkerMember
-from etcdsched.model.statemachine import finish_attempt
-from etcdsched.model.states import EXECUTING
-from etcdsched.runtime.metrics import LOST_RUNS
+from etcdsched.model.statemachine import finish_attempt, hand_back
+from etcdsched.model.states import EXECUTING, RunState
+from etcdsched.runtime.metrics import LOST_RUNS, REQUEUED_RUNS
 from etcdsched.scheduler.ownership import Ownership
 from etcdsched.store.cache import PrefixCache
 from etcdsched.store.keys import Keys
@@ -69,30 +70,39 @@ class PartitionRecovery:
         return current
 
     async def _mark_lost(self, pointer: ActivePointer, now_ms: int) -> int:
-        """Compares: owner token, run unchanged, claim absent."""
+        """Compares: owner token, run unchanged, claim absent. A run still
+        ``assigned`` never started: a worker writes ``running`` before a
+        job's gate may open (docs/design.md, "Claims and fencing"), so it
+        goes back to the queue with its attempt undone; a ``running`` one
+        may have run, and its attempt is ``lost``."""
         current = await self._executing(pointer)
         worker = pointer.worker or ""
         if current is None or await self.store.get(self.keys.member("workers", worker)):
             return 0
-        ended = finish_attempt(
-            current.value,
-            "lost",
-            now_ms,
-            reason=f"worker {worker} vanished (lease expired)",
-            next_slot_ms=await self.runs.next_slot(self.store, current.value),
-        )
-        claim = self.keys.claim(self.partition, ended.id)
-        result = await self.store.txn(
-            [
-                self.ownership.guard(self.partition),
-                Cmp.mod(current.key, current.mod_revision),
-                Cmp.absent(claim),
-            ],
-            self.runs.finish_ops(ended, worker, self.partition),
-        )
+        run = current.value
+        if run.state is RunState.ASSIGNED:
+            why = f"worker {worker} vanished (lease expired) before the job started; queued again"
+            back, requeue = self.runs.requeue(hand_back(run, now_ms, reason=why))
+            ops = [Ops.delete(self.keys.assign(worker, run.id)), *requeue]
+        else:
+            back = finish_attempt(
+                run,
+                "lost",
+                now_ms,
+                reason=f"worker {worker} vanished (lease expired)",
+                next_slot_ms=await self.runs.next_slot(self.store, run),
+            )
+            ops = self.runs.finish_ops(back, worker, self.partition)
+        claim = self.keys.claim(self.partition, run.id)
+        compares = [
+            self.ownership.guard(self.partition),
+            Cmp.mod(current.key, current.mod_revision),
+            Cmp.absent(claim),
+        ]
+        result = await self.store.txn(compares, ops)
         if result.succeeded:
-            LOST_RUNS.inc()
-            log.warning("run %s lost on worker %s -> %s", ended.id, worker, ended.state)
+            (LOST_RUNS if back.state is not RunState.PENDING else REQUEUED_RUNS).inc()
+            log.warning("run %s on vanished worker %s -> %s", run.id, worker, back.state)
         return int(result.succeeded)
 
     async def _mark_hung(self, pointer: ActivePointer, now_ms: int) -> int:

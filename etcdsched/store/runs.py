@@ -189,6 +189,7 @@ def new_assignment(run: RunRecord, not_before_ms: int, *, cancel: bool = False) 
         not_before_ms=not_before_ms,
         resources=run.spec.resources,
         cancel=cancel,
+        priority=run.spec.priority,
         claim_hint=ClaimHint(partition=run.partition, hang_budget_ms=hang_budget_ms(run.spec)),
     )
 

@@ -15,8 +15,9 @@ own event loop and (blocking) etcd connection: a main loop that is busy for seco
 scheduler overloaded by a burst) then does not starve its lease into
 expiry, which would cost it every partition and a full re-list, and make the
 overload worse. A process that is stopped or dead stops that thread too, so
-the lease still expires exactly when the process cannot act. Workers keep
-the in-loop renewal: their self-fencing watchdog is fed from the main loop.
+the lease still expires exactly when the process cannot act; a process
+whose main loop is wedged for good says so through ``alive`` and its
+lease is let go.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ class Session:
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         self._callbacks: list[Callable[[], None]] = []
+        self._alive: Callable[[], bool] | None = None
         self._task: asyncio.Task[None] | None = None
         self._thread: _RenewalThread | None = None
         self._closed = False
@@ -74,16 +76,22 @@ class Session:
         ttl: int = 5,
         margin: float | None = None,
         renew_store: RenewerFactory | None = None,
+        alive: Callable[[], bool] | None = None,
     ) -> Session:
         """Grant a lease and start renewing it. ``margin`` defaults to a
         quarter of the TTL (at least 0.5 s). ``renew_store`` connects the
-        renewal thread's own store (see the module docstring); needs a real clock."""
+        renewal thread's own store (see the module docstring); needs a real clock.
+        ``alive`` (called on the renewal thread) says whether the process
+        still works: while it says no, the lease is not renewed, so a
+        process whose event loop is wedged for good gives its lease up
+        instead of holding its work hostage behind a live renewal thread."""
         ttl = max(MIN_TTL, ttl)
         sent = clock.monotonic()
         lease_id, granted = await store.grant(ttl)
         session = cls(store, clock, lease_id, granted, margin or max(0.5, granted / 4))
         session._safe_until = sent + granted - session.margin
         session.last_renewal_sent = sent
+        session._alive = alive
         if renew_store is None:
             session._task = asyncio.create_task(
                 session._keepalive(store), name=f"session-{lease_id:x}"
@@ -128,6 +136,12 @@ class Session:
             if self.lost:
                 return
             sent = self._clock.monotonic()
+            if self._alive is not None and not self._alive():
+                if next_renewal > 0:  # say it once
+                    log.error("session %x: not renewing: the process does not work", self.lease_id)
+                next_renewal = 0.0
+                await self._clock.sleep(min(0.25, interval))
+                continue
             # a renewal that lands before safe_until is still useful: give it that long
             timeout = max(0.1, self._safe_until - sent)
             try:

@@ -40,11 +40,18 @@ from typing import TypeVar
 from etcdsched.logs.store import LogWriter
 from etcdsched.model.codec import encode
 from etcdsched.model.errors import StoreUnavailable
-from etcdsched.model.records import ActivePointer, Claim, RunRecord, hang_budget_ms
+from etcdsched.model.records import (
+    HUNG_SLACK_MS,
+    ActivePointer,
+    Claim,
+    RunRecord,
+    hang_budget_ms,
+)
 from etcdsched.model.statemachine import start_attempt
 from etcdsched.model.states import RunState
 from etcdsched.store.kv import Cmp, Compare, Op, Ops, TxnResult, Versioned
 from etcdsched.store.session import Session
+from etcdsched.worker.admission import Turn
 from etcdsched.worker.host import WorkerHost
 from etcdsched.worker.interrupts import wait_or_interrupt
 from etcdsched.worker.process_group import ExitStatus, Process
@@ -53,7 +60,6 @@ from etcdsched.worker.running import Running
 from etcdsched.worker.start import PRESTART_MS, InstantStart, until
 
 log = logging.getLogger(__name__)
-HUNG_SLACK_MS = 5000
 T = TypeVar("T")
 
 Outcome = tuple[str | None, int | None, str]
@@ -72,14 +78,42 @@ class AttemptRunner(AttemptEnding):
         self.known: Versioned[RunRecord] | None = None
         """The run as we last wrote it, so the report need not read it first."""
         self.unwritten_start: tuple[int, int | None] | None = None
-        """(started_ms, pid) of a job that had ended by the time ``running``
-        would have been written: the report then writes start and end in one
-        transaction (a no-op, or a job quicker than a write under load)."""
+        """(started_ms, pid) the report writes: of a job that had ended by
+        the time ``running`` would have been written (start and end in one
+        transaction: a no-op, or a job quicker than a write under load), or
+        of one marked running before its gate opened (when it opened)."""
+        self.turn: Turn | None = None
+        """This attempt's turn through the start path, while it holds one."""
+        self.marked_before_gate = False
+        """``running`` was written before the gate opened (a job with a process)."""
 
     async def execute(self) -> None:
-        held = await self._claim_unread() or await self._claim_read()
-        if held is None:
-            return
+        """Claim when it is this attempt's turn (``etcdsched.worker.admission``),
+        start, report. A job with a process takes its turn shortly before
+        its instant; one without (the noop executor) claims on arrival and
+        gives its turn back at once: it has nothing to prepare."""
+        holds_processes = self.w.executor.holds_processes
+        if holds_processes:
+            await until(self.w, self.item, self.assignment.not_before_ms - PRESTART_MS)
+        turn = self.turn = self.w.admission.turn(
+            self.assignment.not_before_ms, self.assignment.priority
+        )
+        try:
+            await turn.take(*self.item.interrupts())
+            held = await self._claim_unread() or await self._claim_read()
+            if not holds_processes:
+                turn.give_back()
+            if held is None:
+                return
+            ending = await self._claimed(held)
+        finally:
+            turn.give_back()
+        if ending is not None:
+            await self._report(*ending)
+
+    async def _claimed(self, held: Versioned[RunRecord]) -> tuple[str, int | None, str] | None:
+        """From the claim to how the attempt ended; ``None``: nothing to
+        report (revoked, fenced, ended unstarted, or reported already)."""
         # lazy (ADR 0019): the file is made at the job's first output, so a
         # silent job costs no disk work, and none is done at the instant
         try:
@@ -87,20 +121,18 @@ class AttemptRunner(AttemptEnding):
         except OSError as exc:  # a store that cannot even begin a log: the attempt fails, says why
             log.exception("run %s: cannot open its log", self.rid)
             if await self._mark_running(held, self.w.clock.now_ms(), None):
-                await self._report("failed", None, f"could not open its log: {exc}")
-            return
+                return "failed", None, f"could not open its log: {exc}"
+            return None
         try:
-            if self.w.executor.holds_processes:  # else preparing is free: do it now
-                await until(self.w, self.item, self.assignment.not_before_ms - PRESTART_MS)
-            held = await self._settle(held, claimed=True)
-            if held is None:
-                return
-            outcome, exit_code, reason = await self._run_attempt(held, writer)
+            settled = await self._settle(held, claimed=True)
+            if settled is None:
+                return None
+            outcome, exit_code, reason = await self._run_attempt(settled, writer)
         finally:
             writer.close()
         if outcome is None or self.session.lost:
-            return  # revoked or fenced: someone else decides this attempt
-        await self._report(outcome, exit_code, reason)
+            return None  # revoked or fenced: someone else decides this attempt
+        return outcome, exit_code, reason
 
     async def _claim_read(self) -> Versioned[RunRecord] | None:
         """Read the run, then claim it (or end it unstarted): the path of an
@@ -195,8 +227,15 @@ class AttemptRunner(AttemptEnding):
         return current if self._assigned_to_us(current.value) else None
 
     def _assigned_to_us(self, run: RunRecord) -> bool:
+        """Ours and not started: ``assigned``, or ``running`` as marked
+        before a gate that has not opened."""
+        waiting = (
+            (RunState.ASSIGNED, RunState.RUNNING)
+            if self.marked_before_gate
+            else (RunState.ASSIGNED,)
+        )
         return (
-            run.state is RunState.ASSIGNED
+            run.state in waiting
             and run.worker == self.w.member_id
             and run.attempt == self.assignment.attempt
         )
@@ -241,11 +280,10 @@ class AttemptRunner(AttemptEnding):
         ops = [Ops.put(self.claim_key, self.claim_bytes, lease=lease)]
         if budget_ms is not None:
             begins = max(self.w.clock.now_ms(), self.assignment.not_before_ms)
+            deadline_ms = begins + budget_ms + HUNG_SLACK_MS
+            self.item.hang_deadline_ms = deadline_ms
             pointer = ActivePointer(
-                run_id=self.rid,
-                worker=self.w.member_id,
-                attempt=attempt,
-                deadline_ms=begins + budget_ms + HUNG_SLACK_MS,
+                run_id=self.rid, worker=self.w.member_id, attempt=attempt, deadline_ms=deadline_ms
             )
             ops.append(Ops.put(self.w.keys.active(partition, self.rid), pointer))
         compares = [run_unchanged, Cmp.absent(self.claim_key)]
@@ -271,27 +309,58 @@ class AttemptRunner(AttemptEnding):
             return await self._start_failed(held, exc)
         process = self.item.process = prepared.process
         try:
+            if prepared.holds_process:
+                marked = await self._mark_before_gate(held, process)
+                if marked is None:
+                    starting.abandon(prepared)
+                    await process.stop(0)  # the attempt was taken back
+                    return None, None, ""
+                held = marked
             try:
                 started_ms = await starting.started_ms(prepared)
             except OSError as exc:  # the gate died shut (the watchdog killed it)
                 return await self._start_failed(held, exc)
             if started_ms is None:
                 return await self._not_started(held, process)
-            self.item.started = True
-            self.w.observe_start(started_ms - self.assignment.not_before_ms)
-            await asyncio.sleep(0)  # every run due at this instant starts before any says so
-            status = process.ended()
-            if status is not None:  # it ended already: one write will say both
-                self.unwritten_start = (started_ms, process.pid)
-                self.known = held
-                return _exit_outcome(status)
-            if not await self._mark_running(held, started_ms, process.pid):
-                await process.stop(0)  # the attempt was taken back
-                return None, None, ""
-            return await self._wait_outcome(run, process)
+            return await self._started(held, process, started_ms)
         finally:
             if process.pgid is not None:
                 self.w.watchdog.remove(process.pgid)
+
+    async def _mark_before_gate(
+        self, held: Versioned[RunRecord], process: Process
+    ) -> Versioned[RunRecord] | None:
+        """Write ``running`` (started as planned: the instant, or now if
+        later) before the gate may open: a run still ``assigned`` when its
+        worker is lost then provably never started, and recovery hands it
+        back without using an attempt. The report writes when the gate
+        really opened. ``None``: the attempt was taken back."""
+        planned_ms = max(self.w.clock.now_ms(), self.assignment.not_before_ms)
+        if not await self._mark_running(held, planned_ms, process.pid):
+            return None
+        self.marked_before_gate = True
+        return self.known
+
+    async def _started(
+        self, held: Versioned[RunRecord], process: Process, started_ms: int
+    ) -> Outcome:
+        """The gate opened at ``started_ms``: say so (or leave it to the
+        report), then wait for how the attempt ends."""
+        self.item.started = True
+        if self.turn is not None:
+            self.turn.give_back()  # the next due attempt may claim now
+        self.w.observe_start(started_ms - self.assignment.not_before_ms)
+        await asyncio.sleep(0)  # every run due at this instant starts before any says so
+        status = process.ended()
+        if status is not None or self.marked_before_gate:  # the report says when it started
+            self.unwritten_start = (started_ms, process.pid)
+            self.known = self.known or held
+            if status is not None:
+                return _exit_outcome(status)
+        elif not await self._mark_running(held, started_ms, process.pid):
+            await process.stop(0)  # the attempt was taken back
+            return None, None, ""
+        return await self._wait_outcome(held.value, process)
 
     async def _start_failed(self, held: Versioned[RunRecord], exc: Exception) -> Outcome:
         """The job could not be started: the attempt failed, and says why."""
@@ -306,7 +375,7 @@ class AttemptRunner(AttemptEnding):
         report it cancelled), or, the session being lost, raise."""
         await process.wait()  # the gate exits at once, the job never ran
         self.session.check()  # a fenced worker writes nothing
-        if await self._settle(held, claimed=True) is not None:
+        if await self._settle(self.known or held, claimed=True) is not None:
             self.session.check()
         return None, None, ""
 

@@ -18,6 +18,7 @@ from etcdsched.runtime.clock import Clock
 from etcdsched.store.keys import Keys
 from etcdsched.store.kv import Store
 from etcdsched.store.runs import RunOps
+from etcdsched.worker.admission import StartAdmission
 from etcdsched.worker.executor import Executor
 from etcdsched.worker.gather import GatherWindow
 from etcdsched.worker.starter import Starter
@@ -29,6 +30,8 @@ class WorkerHost(Protocol):
 
     gated: int
     """Attempts prepared behind their gate right now (bounded by the start path)."""
+    admission: StartAdmission
+    """Turns through the start path (claim to start), in due order."""
 
     @property
     def member_id(self) -> str: ...

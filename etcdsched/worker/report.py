@@ -10,7 +10,7 @@ from abc import ABC, abstractmethod
 
 from etcdsched.model.errors import EtcdschedError, StoreUnavailable
 from etcdsched.model.records import Assignment, RunRecord
-from etcdsched.model.statemachine import finish_attempt, start_attempt, transition
+from etcdsched.model.statemachine import finish_attempt, hand_back, start_attempt
 from etcdsched.model.states import RunState
 from etcdsched.store.kv import KV, Cmp, Compare, Op, Ops, TxnResult, Versioned
 from etcdsched.worker.host import WorkerHost
@@ -80,10 +80,12 @@ class AttemptEnding(ABC):
         return self._is_our_claim(kvs[0] if kvs else None)
 
     def _as_started(self, current: Versioned[RunRecord]) -> Versioned[RunRecord]:
-        """``current``, made running in memory if its start was never written
-        (see ``unwritten_start``); the report compares its stored revision."""
+        """``current``, made running in memory with the instant its gate
+        opened (see ``unwritten_start``): its start was never written, or
+        was written, as planned, before the gate opened. The report
+        compares the stored revision."""
         run = current.value
-        if self.unwritten_start is None or run.state is not RunState.ASSIGNED:
+        if self.unwritten_start is None or run.state not in (RunState.ASSIGNED, RunState.RUNNING):
             return current
         if run.worker != self.w.member_id or run.attempt != self.assignment.attempt:
             return current
@@ -117,15 +119,16 @@ class AttemptEnding(ABC):
         ``cancelled`` (compare: run unchanged)."""
         now = self.w.clock.now_ms()
         run = finish_attempt(current.value, "cancelled", now, reason="cancelled before start")
+        if run.current is not None:  # marked running before its gate: it still never started
+            unstarted = run.current.model_copy(update={"started_ms": None, "pid": None})
+            run = run.model_copy(update={"attempts": [*run.attempts[:-1], unstarted]})
         ops = [*self._release(), *self.w.runs.settle(run)]
         return await self._try([Cmp.mod(current.key, current.mod_revision)], ops)
 
     async def _hand_back(self, current: Versioned[RunRecord]) -> bool:
-        """Shutting down before the start: assigned -> pending, back in the queue."""
-        now = self.w.clock.now_ms()
-        run = transition(current.value, RunState.PENDING, now, reason="handed back at shutdown")
-        undo = {"attempt": run.attempt - 1, "attempts": run.attempts[:-1], "worker": None}
-        run = run.model_copy(update=undo)
+        """Shutting down before the start: back in the queue, no attempt used
+        (from ``running`` too when it was marked before a gate that never opened)."""
+        run = hand_back(current.value, self.w.clock.now_ms(), reason="handed back at shutdown")
         _, requeue = self.w.runs.requeue(run)
         ops = [*self._release(), *requeue]
         return await self._try([Cmp.mod(current.key, current.mod_revision)], ops)

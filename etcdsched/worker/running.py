@@ -37,6 +37,9 @@ class Running:
     """Set once the job is prepared (forked behind its gate)."""
     started: bool = False
     """The gate opened: the job itself runs (drain hands back the others)."""
+    hang_deadline_ms: int | None = None
+    """The claim's hang deadline (wall ms), for a job with a timeout: the
+    watchdog kills the job before it, whatever the agent's loop is doing."""
 
     def interrupts(self) -> tuple[Interrupt, Interrupt, Interrupt]:
         """What ends the attempt before its job starts: revoke, cancel, shutdown."""

@@ -7,14 +7,18 @@ timeout, obeys cancel, and reports the outcome with a transaction whose
 compare is *my claim is still there, byte for byte* (same worker, attempt
 and lease) — so an attempt that was declared lost or hung can never write.
 
-Self-fencing: a separate watchdog process is fed a deadline: the session's
-safe deadline, capped at ``LOOP_STALL_LIMIT`` after the agent's event loop
-last showed it was alive. If the agent freezes, its loop wedges, or it
-loses its lease, the watchdog kills every job process group before the
-lease can expire on the server (and before recovery's hung verdict, which
-comes ``HUNG_SLACK_MS`` after a run's timeout and grace). On session loss
-the agent also kills its children itself and never reports for them; the
-next incarnation registers under a new member id.
+Self-fencing: a separate watchdog process is fed, from a thread, the
+session's safe deadline: if the agent freezes or loses its lease, the
+watchdog kills every job process group before the lease can expire on the
+server. A job with a timeout is also handed to it with its own hang
+deadline, so a stalled event loop (which cannot enforce timeouts) still
+has it killed before recovery's hung verdict. A loop that is merely slow
+(forking a herd of jobs) kills nothing; one that has not run for
+``LOOP_WEDGE_LIMIT`` makes the session stop renewing, so the worker gives
+its runs up to recovery instead of holding them behind a live renewal
+thread. On session loss the agent also kills its children itself and
+never reports for them; the next incarnation registers under a new
+member id.
 
 With ``renew_store`` the lease is renewed on a thread of its own (ADR
 0007): a burst of runs that keeps the loop busy for a while no longer
@@ -44,7 +48,8 @@ from etcdsched.store.keys import Keys
 from etcdsched.store.kv import Event, Ops, Store
 from etcdsched.store.runs import RunOps
 from etcdsched.store.session import RenewerFactory, Session
-from etcdsched.worker.attempt import HUNG_SLACK_MS, AttemptRunner
+from etcdsched.worker.admission import StartAdmission
+from etcdsched.worker.attempt import AttemptRunner
 from etcdsched.worker.executor import Executor
 from etcdsched.worker.gather import GatherWindow
 from etcdsched.worker.running import Running, RunningAttempts
@@ -52,11 +57,12 @@ from etcdsched.worker.starter import LoopStarter, Starter
 from etcdsched.worker.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
-LOOP_STALL_LIMIT = min(3.0, HUNG_SLACK_MS / 1000 - 1.0)
-"""Seconds the event loop may go without a heartbeat before the watchdog
-kills the jobs: a wedged loop cannot enforce timeouts or obey revokes, and
-a hung verdict (``HUNG_SLACK_MS`` after timeout + grace) must find the
-process already dead."""
+LOOP_WEDGE_LIMIT = 30.0
+"""Seconds the event loop may go without a heartbeat before the worker
+lets its lease go (its jobs are then killed by the watchdog and rerun
+elsewhere). Jobs with a timeout do not depend on it (their hang deadline
+is the watchdog's); it is what ends a worker that is alive but wedged for
+good. Far longer than a herd of forks keeps a loop busy."""
 FEED_EVERY = 0.25
 REPORT_GATHER_S = 0.05
 """How long a finished attempt's report may wait for others to share its
@@ -97,6 +103,8 @@ class WorkerService:
         """Reports that may wait are sent together (ADR 0012)."""
         self.gated = 0
         """Jobs prepared ahead of their instant whose gate is not open yet."""
+        self.admission = StartAdmission(config.worker_start_window)
+        """Turns through the start path: claims follow the start rate."""
         self.base_id = config.member_id
         self.member_id = config.member_id
         self.incarnation = 0
@@ -105,6 +113,8 @@ class WorkerService:
         self.runs = RunOps(keys)
         self.draining = False
         self.finished = 0
+        self.loop_beat = time.monotonic()
+        """When this worker's event loop last showed it runs (monotonic)."""
 
     # -- lifecycle -------------------------------------------------------------
     async def run(self) -> None:
@@ -124,8 +134,13 @@ class WorkerService:
         self.incarnation += 1
         tasks: list[asyncio.Task[None]] = []
         try:
+            self.loop_beat = time.monotonic()
             self.session = await Session.open(
-                self.store, self.clock, self.config.lease_ttl, renew_store=self.renew_store
+                self.store,
+                self.clock,
+                self.config.lease_ttl,
+                renew_store=self.renew_store,
+                alive=self._loop_alive,
             )
             self.session.on_lost(self._fence)
             await self._register(self.session)
@@ -178,25 +193,27 @@ class WorkerService:
 
     async def _feed_watchdog(self, session: Session) -> None:
         """Tell the watchdog how long the jobs may live: until the lease
-        surely holds, and no longer than ``LOOP_STALL_LIMIT`` past the last
-        heartbeat of this loop. A thread sends it, so a busy loop does not
-        starve the feed (only a stalled one shortens it)."""
-        beat = [time.monotonic()]
+        surely holds. A thread sends it, so a busy loop does not starve the
+        feed; the loop only beats (``loop_beat``), for ``_loop_alive``."""
         stop = threading.Event()
 
         def feed() -> None:
             while not stop.wait(FEED_EVERY) and not session.lost:
-                self.watchdog.feed(min(session.safe_until, beat[0] + LOOP_STALL_LIMIT))
+                self.watchdog.feed(session.safe_until)
 
         feeder = threading.Thread(target=feed, name="watchdog-feed", daemon=True)
-        self.watchdog.feed(min(session.safe_until, beat[0] + LOOP_STALL_LIMIT))
+        self.watchdog.feed(session.safe_until)
         feeder.start()
         try:
             while not session.lost:
-                beat[0] = time.monotonic()
+                self.loop_beat = time.monotonic()
                 await asyncio.sleep(FEED_EVERY)  # real time: this loop's liveness
         finally:
             stop.set()
+
+    def _loop_alive(self) -> bool:
+        """Whether the event loop ran within ``LOOP_WEDGE_LIMIT`` (any thread)."""
+        return time.monotonic() - self.loop_beat < LOOP_WEDGE_LIMIT
 
     def _fence(self) -> None:
         """Session lost: kill every job now. Never report for them."""

@@ -11,6 +11,8 @@ from running a moment early.
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 
 from etcdsched.logs.store import LogWriter
 from etcdsched.model.records import RunRecord
@@ -25,6 +27,10 @@ PRESTART_MS = 500
 PRESTART_LIMIT = 256
 """At most this many prepared jobs wait at their gates per worker (each is
 a process and three pipes); more due at once are prepared at the instant."""
+WATCHDOG_HANG_MARGIN_S = 2.0
+"""The watchdog kills a job with a timeout this long before its hang
+deadline (recovery's hung verdict, ``HUNG_SLACK_MS`` after timeout + grace,
+on the scheduler's clock): the rerun a verdict allows must find it dead."""
 
 
 async def until(worker: WorkerHost, item: Running, wall_ms: int) -> None:
@@ -66,7 +72,7 @@ class InstantStart:
         """The executor's prepared job; raises what the executor raises."""
         try:
             prepared = await self.w.executor.prepare(
-                run, run.attempt, self.w.member_id, writer, guard=self.w.watchdog.add
+                run, run.attempt, self.w.member_id, writer, guard=self._guard()
             )
         except BaseException:
             self._leave_room()
@@ -74,6 +80,16 @@ class InstantStart:
         if not prepared.holds_process:
             self._leave_room()
         return prepared
+
+    def _guard(self) -> Callable[[int], None]:
+        """How the job's process group is handed to the watchdog: with the
+        attempt's hang deadline, if it has one, on the monotonic clock."""
+        deadline_ms = self.item.hang_deadline_ms
+        if deadline_ms is None:
+            return self.w.watchdog.add
+        left_s = (deadline_ms - self.w.clock.now_ms()) / 1000 - WATCHDOG_HANG_MARGIN_S
+        kill_at = time.monotonic() + left_s
+        return lambda pgid: self.w.watchdog.add(pgid, kill_at)
 
     async def started_ms(self, prepared: Prepared) -> int | None:
         """Wall ms at which the starter opened the gate; None if it never
@@ -95,6 +111,11 @@ class InstantStart:
             return None if ticket.withdraw() else await ticket.started
         finally:
             ticket.withdraw()  # cancelled meanwhile: it never opens after this
+
+    def abandon(self, prepared: Prepared) -> None:
+        """Give a prepared job up before its gate was handed to the starter."""
+        prepared.abort()
+        self._leave_room()
 
     def _leave_room(self) -> None:
         if self._early:

@@ -9,16 +9,23 @@ session (so signals aimed at the agent's process group do not reach it).
 
 Protocol: one command per line on the watchdog's stdin (ASCII)::
 
-    deadline <float>   kill every guarded group once time.monotonic() passes it
-    add <pgid>         guard this process group
-    remove <pgid>      stop guarding it (the job ended)
+    deadline <float>       kill every guarded group once time.monotonic() passes it
+    add <pgid>             guard this process group
+    add <pgid> <float>     guard it, and kill it alone once time.monotonic()
+                           passes its own deadline (its hang deadline)
+    remove <pgid>          stop guarding it (the job ended)
 
 Deadlines are ``time.monotonic()`` instants: CLOCK_MONOTONIC is system-wide
 on Linux, so the agent and the watchdog read the same clock, and wall-clock
 steps do not matter. The agent moves the deadline forward on every
 successful lease keep-alive (lease TTL minus a safety margin). When the
 deadline passes, the watchdog SIGKILLs every guarded group and forgets it;
-a group added while the deadline is past is killed at once. On EOF (the
+a group added while the deadline is past is killed at once. A group's own
+deadline is its job's hang deadline (docs/design.md, "Claims and
+fencing"): the agent's loop kills a job at its timeout, and if that loop is
+stalled, this kills it before recovery's hung verdict can start a rerun. So
+a stalled loop costs no job its life unless the job's time is up or the
+lease may expire. On EOF (the
 agent exited or was killed, even with ``kill -9``) it kills every guarded
 group and exits. Nothing is guarded until the first ``deadline``.
 
@@ -63,27 +70,33 @@ class _Guard:
     def __init__(self) -> None:
         self.deadline: float | None = None
         self.groups: set[int] = set()
+        self.own_deadlines: dict[int, float] = {}
+        """Groups that also die alone at their own (hang) deadline."""
         self._own_group = os.getpgrp()
 
     def expired(self) -> bool:
         return self.deadline is not None and time.monotonic() >= self.deadline
 
     def seconds_left(self) -> float | None:
-        """How long ``select`` may block: until the deadline, or for input
-        only when there is no deadline or it has already passed."""
-        if self.deadline is None or self.expired():
+        """How long ``select`` may block: until the next deadline (the
+        shared one or a group's own), or for input only when none is ahead."""
+        ahead = list(self.own_deadlines.values())
+        if self.deadline is not None and not self.expired():
+            ahead.append(self.deadline)
+        if not ahead:
             return None
-        return max(self.deadline - time.monotonic(), 0.0)
+        return max(min(ahead) - time.monotonic(), 0.0)
 
     def handle(self, line: bytes) -> None:
         try:
-            command, value = line.decode("ascii").split()
-            if command == "deadline":
-                self._set_deadline(float(value))
-            elif command == "add":
-                self._add(int(value))
-            elif command == "remove":
-                self.groups.discard(int(value))
+            command, *values = line.decode("ascii").split()
+            if command == "deadline" and len(values) == 1:
+                self.deadline = _finite(values[0])
+            elif command == "add" and len(values) in (1, 2):
+                self._add(int(values[0]), _finite(values[1]) if len(values) == 2 else None)
+            elif command == "remove" and len(values) == 1:
+                self.groups.discard(int(values[0]))
+                self.own_deadlines.pop(int(values[0]), None)
             else:
                 raise ValueError(command)
         except (UnicodeDecodeError, ValueError):
@@ -92,24 +105,28 @@ class _Guard:
     def enforce(self) -> None:
         if self.groups and self.expired():
             self.kill_all("deadline passed")
+        now = time.monotonic()
+        for pgid, deadline in list(self.own_deadlines.items()):
+            if now >= deadline:
+                self._kill(pgid, "its hang deadline passed (the agent did not stop it)")
+                self.groups.discard(pgid)
+                del self.own_deadlines[pgid]
 
     def kill_all(self, why: str) -> None:
         for pgid in sorted(self.groups):
             self._kill(pgid, why)
         self.groups.clear()
+        self.own_deadlines.clear()
 
-    def _set_deadline(self, deadline: float) -> None:
-        if math.isnan(deadline):
-            raise ValueError("nan")
-        self.deadline = deadline
-
-    def _add(self, pgid: int) -> None:
+    def _add(self, pgid: int, own_deadline: float | None) -> None:
         if pgid <= 1 or pgid == self._own_group:
             raise ValueError(f"refusing to guard process group {pgid}")
         if self.expired():
             self._kill(pgid, "added after the deadline")
-        else:
-            self.groups.add(pgid)
+            return
+        self.groups.add(pgid)
+        if own_deadline is not None:
+            self.own_deadlines[pgid] = own_deadline
 
     @staticmethod
     def _kill(pgid: int, why: str) -> None:
@@ -121,6 +138,13 @@ class _Guard:
             _say(f"not allowed to kill process group {pgid}")
             return
         _say(f"killed process group {pgid}: {why}")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isnan(value) or math.isinf(value):
+        raise ValueError(text)
+    return value
 
 
 def serve(fd: int = 0) -> int:
@@ -158,7 +182,7 @@ class Watchdog:
     def __init__(self) -> None:
         self._proc: subprocess.Popen[bytes] | None = None
         self._deadline: float | None = None
-        self._groups: set[int] = set()
+        self._groups: dict[int, float | None] = {}
         self._lock = threading.Lock()
         self._closed = False
 
@@ -178,14 +202,16 @@ class Watchdog:
             self._deadline = deadline
             self._send(f"deadline {deadline!r}")
 
-    def add(self, pgid: int) -> None:
+    def add(self, pgid: int, own_deadline: float | None = None) -> None:
+        """Guard ``pgid``; with ``own_deadline`` (a ``time.monotonic()``
+        instant), also kill it alone once that passes."""
         with self._lock:
-            self._groups.add(pgid)
-            self._send(f"add {pgid}")
+            self._groups[pgid] = own_deadline
+            self._send(_add_command(pgid, own_deadline))
 
     def remove(self, pgid: int) -> None:
         with self._lock:
-            self._groups.discard(pgid)
+            self._groups.pop(pgid, None)
             self._send(f"remove {pgid}")
 
     def close(self) -> None:
@@ -240,7 +266,7 @@ class Watchdog:
             self._proc.stdin.close()
         self._spawn()
         replay = [f"deadline {self._deadline!r}\n"] if self._deadline is not None else []
-        replay += [f"add {pgid}\n" for pgid in sorted(self._groups)]
+        replay += [f"{_add_command(pgid, d)}\n" for pgid, d in sorted(self._groups.items())]
         if replay and not self._write("".join(replay)):
             log.error("the restarted watchdog refuses commands: job processes are not fenced")
 
@@ -260,6 +286,10 @@ class Watchdog:
         if written != len(data):
             log.error("watchdog %d is not reading its commands; dropped %r", proc.pid, text)
         return True
+
+
+def _add_command(pgid: int, own_deadline: float | None) -> str:
+    return f"add {pgid}" if own_deadline is None else f"add {pgid} {own_deadline!r}"
 
 
 if __name__ == "__main__":

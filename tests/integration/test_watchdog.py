@@ -220,3 +220,25 @@ def test_the_watchdog_ignores_bad_commands(
     assert proc.returncode == 0
     assert job.wait(timeout=2) == -signal.SIGKILL
     assert stderr.count(b"ignoring bad command") == 5
+
+
+def test_a_group_past_its_own_hang_deadline_dies_alone(
+    watchdog: Watchdog, spawn_job: Callable[[], subprocess.Popen[bytes]]
+) -> None:
+    """A job with a timeout is guarded with its hang deadline: a stalled
+    agent loop cannot let it outlive recovery's hung verdict, while the
+    other jobs live on as long as the lease holds."""
+    hung, other = spawn_job(), spawn_job()
+    watchdog.feed(time.monotonic() + 60)
+    watchdog.add(hung.pid, time.monotonic() + 0.3)
+    watchdog.add(other.pid)
+    wait_until(lambda: hung.poll() == -signal.SIGKILL, timeout=3)
+    assert other.poll() is None
+    old = watchdog.pid
+    assert old is not None
+    os.kill(old, signal.SIGKILL)  # a restarted watchdog is told the own deadlines too
+    wait_until(dead(old), timeout=2)
+    late = spawn_job()
+    watchdog.add(late.pid, time.monotonic() + 0.3)
+    wait_until(lambda: late.poll() == -signal.SIGKILL, timeout=3)
+    assert other.poll() is None
