@@ -6,10 +6,11 @@ start in a second: 50,000 one-off jobs at midnight on one worker with
 loop busy for minutes (a fork, three pipes, a gate and two writes each),
 and every run would be claimed long before it could start. Instead each
 attempt waits for its turn before it claims: at most
-``worker_start_window`` (256 by default) are between their claim and their start, so claims follow the
-worker's measured start rate (a closed loop: a turn is given back when
-its job has started), and the rest wait in memory, unclaimed, in the
-order they are due: earliest not-before first, then higher priority.
+``worker_start_window`` (256 by default) are between their claim and
+their start, so claims follow the worker's measured start rate (a closed
+loop: a turn is given back when its job has started), and the rest wait
+in memory, unclaimed, in the order they are due: earliest not-before
+first, then higher priority.
 
 An attempt that is not due soon takes no turn until shortly before its
 instant, so runs far ahead never hold a turn a due one needs.
