@@ -63,6 +63,17 @@ class Config(BaseSettings):
         " queue, when nothing waits for placement (ADR 0016).",
     )
     reconcile_every: float = Field(5.0, gt=0)
+    adaptive_staging: bool = Field(
+        True,
+        description="Stage a coming herd early enough, at the measured rate, that it is staged"
+        " by its instant (lookahead is then a minimum; etcdsched.scheduler.staging).",
+    )
+    max_staged_runs: int = Field(
+        250_000,
+        ge=0,
+        description="Runs adaptive staging stages ahead at most: about 4 KB each in etcd with"
+        " their history, so half of etcd's default 2 GiB quota.",
+    )
 
     # worker
     worker_slots: int = Field(4, ge=0, le=1_000_000)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import Counter
 from collections.abc import Callable, Iterator
 
 from etcdsched.model.codec import encode
@@ -32,7 +33,7 @@ from etcdsched.scheduler.firing_conflicts import ConflictResolution, EntryWrite,
 from etcdsched.scheduler.overlap import ActiveByJob, overlap_skip, overlap_verdict
 from etcdsched.scheduler.ownership import Ownership
 from etcdsched.store.cache import PrefixCache
-from etcdsched.store.keys import Keys
+from etcdsched.store.keys import SLOT_WIDTH, Keys
 from etcdsched.store.kv import KV, MAX_TXN_OPS, Cmp, Compare, Op, Ops, Store, Versioned
 from etcdsched.store.runs import CREATE_OPS, RunOps, RunOrigin, new_run
 
@@ -63,10 +64,15 @@ class PartitionFirer(ConflictResolution):
         gate: asyncio.Semaphore | None = None,
         brake: FiringBrake | None = None,
         direct: DirectPlacement | None = None,
+        lead: Callable[[], int] | None = None,
     ) -> None:
         """``gate`` and ``brake`` are shared by a scheduler's partitions (see
         :meth:`fire_due`); with ``direct``, runs are fired straight onto
-        workers with room where they may be (ADR 0016)."""
+        workers with room where they may be (ADR 0016); ``lead`` says how
+        far ahead to fire now (``etcdsched.scheduler.staging``), at least
+        the lookahead."""
+        self._lead = lead or (lambda: lookahead_ms)
+        self._profile: tuple[int, Counter[int]] = (-1, Counter())
         self.direct = direct
         self.partition = partition
         self.gate = gate or asyncio.Semaphore(1)
@@ -116,10 +122,22 @@ class PartitionFirer(ConflictResolution):
         scheduler's CPU at a thousand slots a second); a slot still goes out
         at least ``lookahead - granule`` ahead."""
         earliest = self.earliest_ms()
-        if earliest is None or earliest > now_ms + self.lookahead_ms - self.granule_ms:
+        lead_ms = self._lead()
+        if earliest is None or earliest > now_ms + lead_ms - self.granule_ms:
             return []
-        limit = self.keys.due_until(self.partition, now_ms + self.lookahead_ms)
+        limit = self.keys.due_until(self.partition, now_ms + lead_ms)
         return sorted((kv for k, kv in self.due.items.items() if k < limit), key=lambda kv: kv.key)
+
+    def herd_profile(self, now_ms: int) -> Counter[int]:
+        """The due entries held (up to the horizon) by whole seconds from
+        now, for the staging lead; counted at most once a second (a walk
+        over every entry, which a herd makes many)."""
+        second = now_ms // 1000
+        if self._profile[0] != second:
+            start = len(self.keys.due_prefix(self.partition))
+            offsets = (int(key[start : start + SLOT_WIDTH]) // 1000 for key in self.due.items)
+            self._profile = (second, Counter(offset - second for offset in offsets))
+        return self._profile[1]
 
     def earliest_ms(self) -> int | None:
         if not self.due.items:
@@ -378,7 +396,7 @@ class PartitionFirer(ConflictResolution):
         while the scheduler waits forever for it to stop.
         ``asyncio.timeout`` lets the cancellation through."""
         earliest = self.earliest_ms()
-        lead_ms = self.lookahead_ms - self.granule_ms
+        lead_ms = self._lead() - self.granule_ms
         wait_ms = 1000 if earliest is None else earliest - lead_ms - now_ms
         if wait_ms <= 0:
             return

@@ -74,6 +74,8 @@ class PlacementLoop:
         self.capacity = capacity
         self.assigner = assigner
         self.lookahead_ms = lookahead_ms
+        self.lead_ms: Callable[[], int] = lambda: lookahead_ms
+        """How far ahead runs are placed: the scheduler's staging lead."""
         self.queues_changed = ChangeSignal()
         """Bumped by every partition's queue cache (the scheduler wires it)."""
         self._members: dict[str, tuple[int, WorkerMember]] = {}
@@ -151,7 +153,7 @@ class PlacementLoop:
         if self._live - views.keys():
             await self.assigner.forget(set(views))  # batchers of workers that left
         self._live = set(views)
-        limit = now_ms + self.lookahead_ms
+        limit = now_ms + self.lead_ms()
         heads = heapq.merge(*(p.ready_keys(limit) for p in placers.values()))
         waiting = await self._place_heads(placers, heads, views, now_ms)
         self.backlogged = waiting
@@ -187,7 +189,7 @@ class PlacementLoop:
         """Until the earliest queued not-before enters the lookahead; runs
         already inside it that could not be placed (upstream, ``queue_one``,
         no fitting worker) wait for a change of the queues or assignments."""
-        limit = now_ms + self.lookahead_ms
+        limit = now_ms + self.lead_ms()
         later = (p.earliest_after(limit) for p in placers.values())
         earliest = min((t for t in later if t is not None), default=None)
         if earliest is None:

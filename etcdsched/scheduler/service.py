@@ -35,6 +35,7 @@ from etcdsched.scheduler.placement_loop import PlacementLoop
 from etcdsched.scheduler.placer import PartitionPlacer
 from etcdsched.scheduler.recovery import PartitionRecovery
 from etcdsched.scheduler.retention import RetentionSweeper
+from etcdsched.scheduler.staging import StagingLead
 from etcdsched.store.cache import PrefixCache, versions, wait_any_change
 from etcdsched.store.keys import Keys
 from etcdsched.store.kv import Cmp, Ops, Store
@@ -136,6 +137,17 @@ class SchedulerService:
         )
         direct = DirectPlacement(self.placement, self.assigner, keys)
         self.direct = direct if config.fire_onto_workers else None
+        self.staging = StagingLead(
+            clock,
+            config.lookahead_ms,
+            config.horizon_ms,
+            lambda now_ms: (t.firer.herd_profile(now_ms) for t in self.owned.values()),
+            self._capacity_slots,
+            config.max_staged_runs,
+        )
+        """How far ahead to fire and place: the lookahead, more for a herd."""
+        if config.adaptive_staging:
+            self.placement.lead_ms = self.staging.lead_ms
 
     # -- lifecycle ---------------------------------------------------------------
     async def run(self) -> None:
@@ -160,6 +172,17 @@ class SchedulerService:
         for cache in (self.workers, self.assignments, self.schedulers, self.owners):
             self._caches.append(asyncio.create_task(cache.run(), name=f"cache {cache.prefix}"))
         self._caches.append(asyncio.create_task(self.placement.run(), name="placement"))
+        self._caches.append(asyncio.create_task(self._measure_staging(), name="staging-rate"))
+
+    def _capacity_slots(self) -> int:
+        return sum(view.member.capacity.slots for view in self.placement.worker_views().values())
+
+    async def _measure_staging(self) -> None:
+        """Feed the staging lead what was fired, twice a second."""
+        while True:
+            fired = sum(t.firer.stats.fired for t in self.owned.values())
+            self.staging.observe(fired, self.placement.brake.engaged())
+            await self.clock.sleep(0.5)
 
     async def _incarnation(self) -> None:
         """One session: register, then balance partitions until it is lost."""
@@ -270,6 +293,7 @@ class SchedulerService:
             self.fire_gate,
             self.placement.brake,
             self.direct,
+            self.staging.lead_ms if cfg.adaptive_staging else None,
         )
         placer = PartitionPlacer(
             partition,

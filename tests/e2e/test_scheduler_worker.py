@@ -85,25 +85,38 @@ async def test_failed_run_is_retried_then_fails(services: Services) -> None:
     assert run.attempts[1].started_ms - run.attempts[0].ended_ms >= 100  # type: ignore[operator]
 
 
-async def test_a_run_placed_ahead_is_claimed_on_arrival_and_started_at_its_instant(
+async def test_a_run_placed_ahead_is_claimed_and_marked_before_its_instant_and_started_at_it(
     services: Services,
 ) -> None:
-    """Fired and placed within the lookahead, the run is claimed while it
-    is still ``assigned``; at its not-before the worker starts it from its
-    own timer, and the run then says when it started and under which pid."""
+    """Placed within the lookahead, the run waits on its worker unclaimed
+    until shortly before its instant (``etcdsched.worker.admission``); then
+    it is claimed, prepared and marked ``running`` before its gate may open
+    (so ``assigned`` proves it never ran), and at its not-before the worker
+    starts it from its own timer; the run then says when it started and
+    under which pid."""
     services.config = services.config.model_copy(update={"lookahead_ms": 3000})
     services.start_scheduler("s1")
     services.start_worker("w1")
-    at = datetime.fromtimestamp(time.time() + 2.5, tz=UTC).isoformat()
+    at_ms = int((time.time() + 2.5) * 1000)
+    at = datetime.fromtimestamp(at_ms / 1000, tz=UTC).isoformat()
     job = await services.jobs.create(spec({"kind": "at", "at": at}, ["true"]), "ahead")
 
-    async def claimed_before_start() -> None:
+    async def placed_unclaimed() -> None:
         runs = await services.runs_of(job.id)
         assert runs and runs[0].state is RunState.ASSIGNED, runs
         claims = await services.store.range(services.keys.claims_prefix())
+        assert claims.kvs == [] and time.time() * 1000 < at_ms - 600
+
+    await assert_eventually(placed_unclaimed, timeout=1.5)
+
+    async def marked_before_start() -> None:
+        runs = await services.runs_of(job.id)
+        assert runs and runs[0].state is RunState.RUNNING, runs
+        assert time.time() * 1000 < at_ms
+        claims = await services.store.range(services.keys.claims_prefix())
         assert len(claims.kvs) == 1
 
-    await assert_eventually(claimed_before_start, timeout=2)
+    await assert_eventually(marked_before_start, timeout=2.5)
 
     async def succeeded() -> None:
         runs = await services.runs_of(job.id)
