@@ -135,8 +135,9 @@ class PartitionFirer(ConflictResolution):
         second = now_ms // 1000
         if self._profile[0] != second:
             start = len(self.keys.due_prefix(self.partition))
-            offsets = (int(key[start : start + SLOT_WIDTH]) // 1000 for key in self.due.items)
-            self._profile = (second, Counter(offset - second for offset in offsets))
+            slots = (int(key[start : start + SLOT_WIDTH]) for key in self.due.items)
+            # a second stale by the time it is read: count each slot a second nearer
+            self._profile = (second, Counter((slot - now_ms) // 1000 - 1 for slot in slots))
         return self._profile[1]
 
     def earliest_ms(self) -> int | None:

@@ -5,19 +5,24 @@ Staging a run (firing it, placing it, its worker claiming it) goes at a
 rate the pipeline can carry, here 600-1,900 runs/s. With a fixed 2 s
 lookahead, 50,000 runs due at midnight are fired from 23:59:58 and the
 last starts tens of seconds late, though the scheduler held them all in
-memory for a minute. So each pass looks at what the owned partitions hold
-within their horizon, second by second, and stages early enough that the
-whole herd is staged by its instant at the measured rate:
+memory for a minute. So once a second the scheduler looks at what its
+partitions hold within their horizon, second by second, and fires early
+enough that the whole herd is staged by its instant at the measured rate:
+the lead reaches past the furthest second ``t`` for which
 
-    lead = lookahead + max over t of (staged-by-t / rate - t)
+    (slots due within t) * 1.25 / rate >= t - lookahead
 
-where staged-by-t counts the slots due within t seconds, capped at what
-may be staged at all (the workers' capacity, and ``max_staged_runs`` so
-etcd's space holds). Never more than the horizon. With no herd, the lead
+that is, whose backlog can no longer wait, and everything up to it is
+fired, in slot order. The slots counted are capped at what may be staged
+at all (the workers' capacity, and ``max_staged_runs`` so etcd's space
+holds). Never more than the horizon. With no herd, the lead
 is the lookahead: behaviour is as before.
 
-The rate is measured: fired runs per second while the firing brake was
-engaged, i.e. while placement, not firing, set the pace.
+The rate is measured: fired runs per second while a herd was being staged
+(the lead beyond the lookahead) or the firing brake was engaged: then the
+pipeline, not the clock, set the pace. Staging that is ahead of its need
+fires slower than it could, so the measure errs low, and a low rate only
+stages earlier.
 """
 
 from __future__ import annotations
@@ -28,11 +33,12 @@ from collections.abc import Callable, Iterable
 
 from etcdsched.runtime.clock import Clock
 
-RATE_GUESS = 1000.0
-"""Runs/s staged, before anything is measured (this machine: 600-1,900)."""
+RATE_GUESS = 500.0
+"""Runs/s staged, before anything is measured (this machine: 600-1,900);
+low on purpose: too low stages early, too high stages late."""
 RATE_FLOOR = 100.0
 SAFETY = 1.25
-"""The lead is this much longer than the rate says: the rate is a guess."""
+"""Staging is planned at the rate divided by this: the rate is a guess."""
 RECOMPUTE_MS = 1000
 HORIZON_SLACK_MS = 2000
 """The lead stays this far inside the horizon, where the slots are known."""
@@ -76,16 +82,13 @@ class StagingLead:
         for profile in self._profiles(now_ms):
             due.update(profile)
         cap = min(self._capacity(), self.max_staged)
-        need_s = herd_lead_s(due, self.rate, cap)
-        if need_s <= 0:
-            return self.lookahead_ms
-        return min(self.max_ms, self.lookahead_ms + int(need_s * SAFETY * 1000))
+        return min(self.max_ms, herd_lead_ms(due, self.rate / SAFETY, cap, self.lookahead_ms))
 
     def observe(self, fired_total: int, brake_engaged: bool) -> None:
-        """Fed the running total of fired runs on each firing pass; while
-        the brake is engaged, their rate is the pipeline's."""
+        """Fed the running total of fired runs, twice a second; while a herd
+        is staged or the brake is engaged, their rate is the pipeline's."""
         now = self.clock.now_ms()
-        if not brake_engaged:
+        if not brake_engaged and self._lead_ms <= self.lookahead_ms:
             self._fired_mark = None
             return
         if self._fired_mark is None:
@@ -98,12 +101,17 @@ class StagingLead:
             self._fired_mark = (now, fired_total)
 
 
-def herd_lead_s(due_by_second: Counter[int], rate: float, cap: int) -> float:
-    """Seconds beyond the lookahead needed to stage everything by its
-    instant: max over t of (slots due within t, at most ``cap``) / rate - t."""
-    need = 0.0
+def herd_lead_ms(due_by_second: Counter[int], rate: float, cap: int, lookahead_ms: int) -> int:
+    """How far ahead to fire now: past the furthest second ``t`` whose
+    backlog (slots due within ``t``, at most ``cap``) takes longer to stage
+    at ``rate`` than the time left before it, ``t`` less the lookahead;
+    so from then on everything up to that second is staged, in slot order.
+    Never less than the lookahead. ``due_by_second`` counts slots by whole
+    seconds left, rounded down."""
+    lead_ms = lookahead_ms
     offsets = sorted(due_by_second)
-    counts = itertools.accumulate(due_by_second[t] for t in offsets)
-    for offset, staged in zip(offsets, counts, strict=True):
-        need = max(need, min(staged, cap) / rate - max(offset, 0))
-    return need
+    backlogs = itertools.accumulate(due_by_second[t] for t in offsets)
+    for offset, backlog in zip(offsets, backlogs, strict=True):
+        if min(backlog, cap) / rate * 1000 >= offset * 1000 - lookahead_ms:
+            lead_ms = max(lead_ms, (offset + 1) * 1000)
+    return lead_ms
