@@ -216,10 +216,19 @@ class WorkerService:
         return time.monotonic() - self.loop_beat < LOOP_WEDGE_LIMIT
 
     def _fence(self) -> None:
-        """Session lost: kill every job now. Never report for them."""
-        for item in self.running.values():
-            if item.process is not None:
-                item.process.kill_now()
+        """Session lost: kill every job now. Never report for them: recovery
+        records each attempt ``lost`` (or hands a never-started run back)."""
+        killed = [item for item in self.running.values() if item.process is not None]
+        if killed:
+            log.warning(
+                "worker %s fenced: it could not prove its lease; killed %d job(s): %s",
+                self.member_id,
+                len(killed),
+                ", ".join(sorted(item.assignment.run_id for item in killed)[:10]),
+            )
+        for item in killed:
+            assert item.process is not None
+            item.process.kill_now()
 
     async def _abandon_all(self) -> None:
         self._fence()
