@@ -13,7 +13,13 @@ import time
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from etcdsched.api import routes_cluster, routes_jobs, routes_runs, routes_tokens
+from etcdsched.api import (
+    routes_cluster,
+    routes_job_batch,
+    routes_jobs,
+    routes_runs,
+    routes_tokens,
+)
 from etcdsched.api.auth import Authenticator, RateLimiter
 from etcdsched.api.errors import error_middleware
 from etcdsched.api.openapi import build_document
@@ -38,6 +44,7 @@ __all__ = [
 
 ROUTES: list[Route] = [
     *routes_jobs.ROUTES,
+    *routes_job_batch.ROUTES,
     *routes_runs.ROUTES,
     *routes_tokens.ROUTES,
     *routes_cluster.ROUTES,

@@ -326,35 +326,50 @@ class RateLimiter:
         self._buckets: dict[str, tuple[float, float]] = {}
 
     def take(
-        self, tenant: str, rate: float, burst: float | None = None, what: str = ""
+        self,
+        tenant: str,
+        rate: float,
+        burst: float | None = None,
+        what: str = "",
+        cost: float = 1.0,
     ) -> None:
-        """Take one from ``tenant``'s bucket (any key: a tenant, a client
-        address), or raise 429 with when to retry (at most an hour)."""
+        """Take ``cost`` (one submission, or a batch's count) from
+        ``tenant``'s bucket (any key: a tenant, a client address), or raise
+        429 with when to retry (at most an hour). A cost above what the
+        bucket holds is taken from a full bucket, leaving it in debt: a
+        batch larger than one second's worth is delayed, never refused for
+        good, and the rate still holds over time."""
         tokens, now = self._refill(tenant, rate, burst)
-        if tokens < 1.0:
-            self._refuse(tenant, rate, tokens, now, what)
-        self._buckets[tenant] = (tokens - 1.0, now)
+        needed = min(cost, _capacity(rate, burst))
+        if tokens < needed:
+            self._refuse(tenant, rate, tokens, now, what, needed)
+        self._buckets[tenant] = (tokens - cost, now)
 
-    def check(
-        self, tenant: str, rate: float, burst: float | None = None, what: str = ""
-    ) -> None:
+    def check(self, tenant: str, rate: float, burst: float | None = None, what: str = "") -> None:
         """Raise 429 as :meth:`take` would, without taking anything."""
         tokens, now = self._refill(tenant, rate, burst)
         if tokens < 1.0:
             self._refuse(tenant, rate, tokens, now, what)
 
     def _refill(self, key: str, rate: float, burst: float | None) -> tuple[float, float]:
-        capacity = max(1.0, burst if burst is not None else rate)
+        capacity = _capacity(rate, burst)
         now = self._clock.monotonic()
         if len(self._buckets) > 100_000:  # many client addresses: forget the idle ones
             self._buckets = {k: v for k, v in self._buckets.items() if now - v[1] < 60}
         tokens, last = self._buckets.get(key, (capacity, now))
         return min(capacity, tokens + (now - last) * rate), now
 
-    def _refuse(self, key: str, rate: float, tokens: float, now: float, what: str) -> NoReturn:
+    def _refuse(
+        self, key: str, rate: float, tokens: float, now: float, what: str, needed: float = 1.0
+    ) -> NoReturn:
         self._buckets[key] = (tokens, now)
-        wait = (1.0 - tokens) / rate
+        wait = (needed - tokens) / rate
         raise QuotaExceeded(
             what or f"tenant {key} is over {rate:g} submissions per second",
             retry_after=float(min(3600, max(1, math.ceil(wait)))),
         )
+
+
+def _capacity(rate: float, burst: float | None) -> float:
+    """What a bucket holds: one second's worth (or ``burst``), at least one."""
+    return max(1.0, burst if burst is not None else rate)

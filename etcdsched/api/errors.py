@@ -54,17 +54,23 @@ def field_path(loc: tuple[int | str, ...]) -> str | None:
 
 def validation_response(exc: ValidationError, prefix: tuple[str, ...] = ()) -> web.Response:
     """422 naming the first invalid field; the message lists the first few."""
+    message, field = validation_detail(exc, prefix)
+    return error_response(422, InvalidInput.code, message, field)
+
+
+def validation_detail(exc: ValidationError, prefix: tuple[str, ...] = ()) -> tuple[str, str | None]:
+    """The message (the first few invalid fields, each with why) and the
+    first invalid field of a validation error, its paths under ``prefix``."""
     errors = exc.errors(include_url=False)
     if not errors:
-        return error_response(422, InvalidInput.code, str(exc))
+        return str(exc), field_path(prefix)
     parts = [
         f"{field_path((*prefix, *err['loc'])) or '(body)'}: {err['msg']}"
         for err in errors[:MAX_LISTED_ERRORS]
     ]
     if len(errors) > MAX_LISTED_ERRORS:
         parts.append(f"and {len(errors) - MAX_LISTED_ERRORS} more")
-    first = field_path((*prefix, *errors[0]["loc"]))
-    return error_response(422, InvalidInput.code, "; ".join(parts), first)
+    return "; ".join(parts), field_path((*prefix, *errors[0]["loc"]))
 
 
 def _etcdsched_response(exc: EtcdschedError) -> web.Response:

@@ -4,7 +4,8 @@ Costs, paid only by tenants that have the limit set:
 
 * ``submissions_per_second``: an in-process token bucket (no etcd request).
 * ``max_jobs``: jobs are keyed by id, not tenant, so the check reads every
-  job record (paged). O(all jobs) per job creation of a limited tenant.
+  job record (paged). O(all jobs) per job creation of a limited tenant, and
+  per batch (``admit_jobs`` counts the batch's new jobs at once).
 * ``max_active_runs``: the tenant's job ids (as above) plus a keys-only
   range of each partition's active index. O(jobs + active runs).
 
@@ -42,15 +43,22 @@ class Quotas:
 
     async def admit_job(self, tenant: str) -> None:
         """Raise :class:`QuotaExceeded` if ``tenant`` may not create a job now."""
+        await self.admit_jobs(tenant, 1)
+
+    async def admit_jobs(self, tenant: str, count: int) -> None:
+        """Raise :class:`QuotaExceeded` if ``tenant`` may not create ``count``
+        jobs now: a batch is admitted whole or not at all, reading the
+        tenant's jobs once (not once per job)."""
         limits = await self._limits(tenant)
         if limits.max_jobs is not None:
             jobs = await self._tenant_job_ids(tenant)
-            if len(jobs) >= limits.max_jobs:
+            if len(jobs) + count > limits.max_jobs:
+                adding = f", adding {count}" if count > 1 else ""
                 raise QuotaExceeded(
-                    f"tenant {tenant} has {len(jobs)} jobs (max_jobs {limits.max_jobs})",
+                    f"tenant {tenant} has {len(jobs)} jobs{adding} (max_jobs {limits.max_jobs})",
                     retry_after=FULL_RETRY_AFTER,
                 )
-        self._take(tenant, limits)
+        self._take(tenant, limits, count)
 
     async def admit_runs(self, tenant: str, count: int) -> None:
         """Raise :class:`QuotaExceeded` if ``tenant`` may not start ``count`` runs now."""
@@ -65,9 +73,9 @@ class Quotas:
                 )
         self._take(tenant, limits)
 
-    def _take(self, tenant: str, limits: TenantLimits) -> None:
+    def _take(self, tenant: str, limits: TenantLimits, count: int = 1) -> None:
         if limits.submissions_per_second is not None:
-            self._limiter.take(tenant, limits.submissions_per_second)
+            self._limiter.take(tenant, limits.submissions_per_second, cost=count)
 
     async def _tenant_job_ids(self, tenant: str) -> set[str]:
         keys = self._services.keys

@@ -34,14 +34,14 @@ from etcdsched.model.records import JobRecord, RunRecord
 from etcdsched.model.spec import JobSpec, loader_variables
 from etcdsched.model.triggers import count_slots_between
 from etcdsched.store.jobs import JobState
-from etcdsched.store.keys import JOB_ID_PATTERN
+from etcdsched.store.keys import JOB_ID_PATTERN, KeyError_, full_job_id
 from etcdsched.store.kv import KV, prefix_end
 
 IDEMPOTENCY = Header("Idempotency-Key", "Repeat a create safely: same key, same job.")
 IF_MATCH = Header("If-Match", "Job version (its ETag) the change is based on.")
 
 
-def _own_spec(who: Principal, spec: JobSpec, default_tenant: str | None = None) -> JobSpec:
+def own_spec(who: Principal, spec: JobSpec, default_tenant: str | None = None) -> JobSpec:
     """Fill in the tenant when the body left it out; refuse writing into a
     tenant the token does not belong to."""
     if "tenant" not in spec.model_fields_set:
@@ -79,7 +79,21 @@ async def _replayed(call: Call, tenant: str, key: str | None) -> bool:
     return await services.store.get(services.keys.idempotency(tenant, digest)) is not None
 
 
-async def _tenant_allows(call: Call, spec: JobSpec) -> JobSpec:
+def same_request(job: JobRecord, spec: JobSpec, job_id: str | None) -> bool:
+    """Whether ``job``, which an idempotency key led to, is what a create of
+    ``spec`` (named ``job_id``, if given) makes: a key reused for another
+    request is a conflict. Names compare as the full ids they stand for,
+    as the create stored them (``depends_on`` included)."""
+    try:
+        wanted = full_job_id(spec.tenant, job_id) if job_id is not None else job.id
+        upstream = [full_job_id(spec.tenant, name) for name in spec.depends_on]
+    except KeyError_:
+        return False  # such a create is refused: never the stored job
+    as_stored = spec.model_copy(update={"depends_on": list(dict.fromkeys(upstream))})
+    return job.id == wanted and job.spec == as_stored
+
+
+async def tenant_allows(call: Call, spec: JobSpec) -> JobSpec:
     """What an admin allows the tenant (its limits): loader and interpreter
     variables, which change what runs before the job's own code, and the
     worker labels its selector may ask for."""
@@ -104,12 +118,12 @@ async def _tenant_allows(call: Call, spec: JobSpec) -> JobSpec:
 
 async def create_job(call: Call) -> web.StreamResponse:
     body = call.body_as(CreateJobBody)
-    spec = await _tenant_allows(call, _own_spec(call.who, body.spec))
+    spec = await tenant_allows(call, own_spec(call.who, body.spec))
     key = call.request.headers.get(IDEMPOTENCY.name)
     if not await _replayed(call, spec.tenant, key):
         await call.ctx.quotas.admit_job(spec.tenant)
     job = await call.services.jobs.create(spec, body.id, key)
-    if key and (job.spec != spec or (body.id is not None and body.id != job.id)):
+    if key and not same_request(job, spec, body.id):
         raise Conflict(
             f"Idempotency-Key was already used for a different request (job {job.id})",
             field=IDEMPOTENCY.name,
@@ -171,8 +185,8 @@ def _if_version(call: Call) -> int | None:
 async def replace_job(call: Call) -> web.StreamResponse:
     job_id = call.job_id()
     state = await visible_job(call, job_id)
-    spec = _own_spec(call.who, call.body_as(ReplaceJobBody).spec, state.job.value.spec.tenant)
-    spec = await _tenant_allows(call, spec)
+    spec = own_spec(call.who, call.body_as(ReplaceJobBody).spec, state.job.value.spec.tenant)
+    spec = await tenant_allows(call, spec)
     job = await call.services.jobs.replace(job_id, spec, if_version=_if_version(call))
     return json_model(job, headers=_etag(job))
 

@@ -11,7 +11,7 @@ stored records keep epoch milliseconds (fields ending in ``_ms``).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
@@ -26,8 +26,11 @@ from etcdsched.model.records import (
 )
 from etcdsched.model.spec import TENANT_PATTERN, JobSpec, PosDuration
 from etcdsched.model.states import RunState
+from etcdsched.store.job_create import MAX_IDEMPOTENCY_KEY
 
 MAX_PAGE = 1000
+MAX_BATCH = 1000
+"""Items in one ``POST /v1/jobs:batch``."""
 
 
 def to_ms(value: datetime) -> int:
@@ -49,6 +52,27 @@ class CreateJobBody(_Input):
 
     id: str | None = Field(None, description="Job id: 1-128 of letters, digits, '_', '.', '-'.")
     spec: JobSpec
+
+
+class JobBatchItem(_Input):
+    """One job of ``POST /v1/jobs:batch``: a create body plus its own
+    idempotency key (the ``Idempotency-Key`` header of a single create)."""
+
+    id: str | None = Field(None, description="Job id: 1-128 of letters, digits, '_', '.', '-'.")
+    spec: JobSpec
+    idempotency_key: str | None = Field(
+        None, min_length=1, max_length=MAX_IDEMPOTENCY_KEY, description="Repeat it safely."
+    )
+
+
+class JobBatchBody(_Input):
+    """``POST /v1/jobs:batch``. An item that is not a valid JobBatchItem
+    does not fail the request: it is taken as it came (the ``{}`` branch)
+    and gets its own 422 result naming the field."""
+
+    items: list[Annotated[JobBatchItem | Any, Field(union_mode="left_to_right")]] = Field(
+        min_length=1, max_length=MAX_BATCH, description=f"1 to {MAX_BATCH} jobs to create."
+    )
 
 
 class ReplaceJobBody(_Input):
@@ -144,6 +168,21 @@ class ErrorDetail(_Output):
 
 class ErrorBody(_Output):
     error: ErrorDetail
+
+
+class JobBatchResult(_Output):
+    """What became of one item: ``status`` is what ``POST /v1/jobs`` would
+    have answered for it alone (201 created, 200 an idempotent replay)."""
+
+    index: int = Field(description="The item's position in the request.")
+    status: int
+    id: str | None = Field(None, description="The job's full id (status 200 or 201).")
+    job: JobRecord | None = Field(None, description="The job; null with Prefer: return=minimal.")
+    error: ErrorDetail | None = None
+
+
+class JobBatchResults(_Output):
+    results: list[JobBatchResult] = Field(description="One per item, in order.")
 
 
 class JobView(JobRecord):

@@ -17,6 +17,7 @@ import aiohttp
 import click
 
 from etcdsched.bench.command import bench
+from etcdsched.cli import job_batch
 from etcdsched.cli import support as out
 from etcdsched.cli.context import Cli, pass_cli
 from etcdsched.cli.processes import agent, up
@@ -62,7 +63,14 @@ def job() -> None:
 
 
 @job.command("create")
-@click.option("-f", "--file", "file", type=click.File("r"), help="YAML/JSON job ({id?, spec}).")
+@click.option(
+    "-f",
+    "--file",
+    "file",
+    type=click.File("r"),
+    help="YAML/JSON: one job ({id?, spec}) or many (a list, {items: [...]}, several YAML"
+    " documents); '-' reads stdin.",
+)
 @click.option("--id", "job_id", help="Job id (default: generated).")
 @click.option("--cron", help="Cron expression, e.g. '*/5 * * * *'.")
 @click.option("--tz", help="Time zone of --cron (IANA name).")
@@ -75,20 +83,53 @@ def job() -> None:
 @click.option("--description")
 @click.option("--label", "labels", multiple=True, help="k=v (repeatable).")
 @click.option("--shell", is_flag=True, help="Run the command through /bin/sh -c.")
-@click.option("--idempotency-key", help="Retry-safe creation key.")
+@click.option("--idempotency-key", help="Retry-safe creation key (many jobs: KEY/<index>).")
 @click.argument("command", nargs=-1)
 @pass_cli
 def job_create(cli: Cli, /, file: TextIO | None, job_id: str | None, **flags: Any) -> None:
-    """Create a job: from -f FILE and/or flags, with the command after '--'."""
-    file_id, spec = out.load_job_file(file.read()) if file else (None, {})
+    """Create a job: from -f FILE and/or flags, with the command after '--'.
+
+    A file of many jobs creates them all, up to 1000 per request, with the
+    flags applied to each: it prints a summary and every failed item, and
+    exits 1 if any failed."""
+    documents = job_batch.read_documents(file.read()) if file else []
     flags["trigger"] = out.trigger_from_flags(
         flags.pop("cron"), flags.pop("tz"), flags.pop("every"), flags.pop("at"), flags.pop("now")
     )
     key = flags.pop("idempotency_key")
+    many = job_batch.many_jobs(documents)
+    if many is not None:
+        _create_many(cli, many, job_id, flags, key)
+        return
+    file_id, spec = out.job_document(documents[0] if documents else None) if file else (None, {})
     spec = out.apply_flags(spec, flags)
     created = cli.call(lambda c: c.create_job(spec, job_id or file_id, key))
     view = cli.call(lambda c: c.get_job(created.id))  # the view carries the next slot
     out.emit(cli.output, created, out.job_fields(created, view.next_slot_ms))
+
+
+def _create_many(
+    cli: Cli, documents: list[Any], job_id: str | None, flags: dict[str, Any], key: str | None
+) -> None:
+    if job_id:
+        raise click.UsageError("--id names one job; give each job in the file its own id")
+    if not documents:
+        raise click.BadParameter("the file holds no jobs", param_hint="--file")
+    items = [job_batch.batch_item(doc, index, flags, key) for index, doc in enumerate(documents)]
+    tally = job_batch.Tally()
+    try:
+        cli.call(lambda c: job_batch.send_all(c, items, job_batch.Progress(len(items)), tally))
+    except (EtcdschedError, aiohttp.ClientError):
+        job_batch.report(cli.output, tally)
+        click.echo(
+            f"items[{len(tally.results)}] and after: not known to be created (the request"
+            " failed); with --idempotency-key, running the same file again is safe",
+            err=True,
+        )
+        raise
+    job_batch.report(cli.output, tally)
+    if tally.failures:
+        raise SystemExit(1)
 
 
 @job.command("ls")

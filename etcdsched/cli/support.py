@@ -75,9 +75,8 @@ def resolve_connection(url: str | None, token: str | None) -> Connection:
 
 
 # -- job specs from flags ----------------------------------------------------
-def load_job_file(text: str) -> tuple[str | None, dict[str, Any]]:
-    """A YAML/JSON job file: ``{id?, spec}`` or a bare spec."""
-    data = yaml.safe_load(text)
+def job_document(data: object) -> tuple[str | None, dict[str, Any]]:
+    """One job of a job file: ``{id?, spec}`` or a bare spec."""
     if not isinstance(data, dict):
         raise click.BadParameter("the job file must hold a mapping", param_hint="--file")
     if "spec" in data:

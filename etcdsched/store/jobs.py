@@ -1,5 +1,6 @@
-"""Job lifecycle: create, read, update, pause, resume, delete (trigger and
-backfill are in ``etcdsched.store.job_runs``).
+"""Job lifecycle: create, read, update, pause, resume, delete (creating is
+in ``etcdsched.store.job_create``, trigger and backfill are in
+``etcdsched.store.job_runs``).
 
 Each operation is one transaction. The compares that recur:
 
@@ -16,20 +17,20 @@ raced no one, so that is no conflict for it.
 
 from __future__ import annotations
 
-import hashlib
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
+from etcdsched.model.codec import encode
 from etcdsched.model.errors import Conflict, InvalidInput, NotFound, OutcomeUnknown
 from etcdsched.model.records import DueEntry, JobRecord, SkipRecord
 from etcdsched.model.spec import JobSpec
 from etcdsched.model.triggers import count_slots_between, next_slot, slots_between
 from etcdsched.runtime.clock import Clock
 from etcdsched.store.dependencies import checked_dependencies
+from etcdsched.store.job_create import JobCreator
 from etcdsched.store.job_runs import ManualRuns, origin_of
-from etcdsched.store.keys import KeyError_, Keys, full_job_id
+from etcdsched.store.keys import Keys
 from etcdsched.store.kv import KV, Cmp, Compare, Op, Ops, Store, Versioned
 from etcdsched.store.runs import RunOps, new_run
 
@@ -66,7 +67,11 @@ def due_entry(
     )
 
 
-class JobService(ManualRuns):
+class JobService(ManualRuns, JobCreator):
+    """Every job operation; creating is :class:`JobCreator`'s half, running
+    now and backfill :class:`ManualRuns`'s (first: its ``partition`` and
+    ``active_run_ids`` are what :class:`JobCreator` declares it needs)."""
+
     def __init__(self, store: Store, keys: Keys, clock: Clock, partitions: int) -> None:
         self.store = store
         self.keys = keys
@@ -102,79 +107,6 @@ class JobService(ManualRuns):
         state = await self.load(job_id)
         return state.due.value.slot_ms if state.due else None
 
-    # -- creating ----------------------------------------------------------
-    async def create(
-        self, spec: JobSpec, job_id: str | None = None, idempotency_key: str | None = None
-    ) -> JobRecord:
-        """Create a job and its first due entry atomically. Compares: the job
-        key is absent, no run of an earlier job of that id is still active
-        (a deleted job's runs end before its id is used again: the new job
-        must not inherit them), and the idempotency key is absent if one
-        was given.
-
-        ``job_id`` is a name (or a full ``<tenant>:<name>`` id of the spec's
-        tenant); the job's id is the full one."""
-        job_id = self._checked_id(spec.tenant, job_id or f"job-{uuid.uuid4().hex[:12]}")
-        spec = await checked_dependencies(self.store, self.keys, job_id, spec)
-        now = self.clock.now_ms()
-        job = JobRecord(id=job_id, spec=spec, created_ms=now, updated_ms=now, anchor_ms=now)
-        earlier_runs = self.keys.active_prefix(self.partition(job_id), job_id)
-        compares = [Cmp.absent(self.keys.job(job_id)), Cmp.prefix_empty(earlier_runs)]
-        ops = [Ops.put(self.keys.job(job_id), job), *self._schedule_ops(job, 1, None, now - 1)]
-        idem_key = self._idem_key(spec.tenant, idempotency_key)
-        if idem_key:
-            compares.append(Cmp.absent(idem_key))
-            ops.append(Ops.put(idem_key, job_id.encode()))
-        try:
-            result = await self.store.txn(compares, ops)
-        except OutcomeUnknown:
-            return await self._resolve_create(job, idem_key, maybe_ours=True)
-        if result.succeeded:
-            return job
-        return await self._resolve_create(job, idem_key, maybe_ours=False)
-
-    async def _resolve_create(
-        self, job: JobRecord, idem_key: str | None, maybe_ours: bool
-    ) -> JobRecord:
-        """After a failed or unknown create: ours if the idempotency key says
-        so, or, when the outcome is unknown, our own creation instant and
-        spec; else a conflict. A create that *failed* found the job already
-        there, so it is never ours: two creates of one spec within one
-        millisecond both succeeded when it was trusted then."""
-        if idem_key:
-            kv = await self.store.get(idem_key)
-            if kv is not None:
-                return await self.get(kv.value.decode())
-        existing = await self.store.get(self.keys.job(job.id))
-        if existing is None and not maybe_ours and await self.active_run_ids(job.id):
-            raise Conflict(
-                f"runs of an earlier job {job.id} are still ending; create it again once they"
-                " have",
-                field="id",
-            )
-        if existing is None:
-            raise OutcomeUnknown(f"creating job {job.id}: outcome unknown, nothing stored")
-        record = existing.decode(JobRecord).value
-        if maybe_ours and record.created_ms == job.created_ms and record.spec == job.spec:
-            return record
-        raise Conflict(f"job {job.id} already exists", field="id")
-
-    def _idem_key(self, tenant: str, key: str | None) -> str | None:
-        if not key:
-            return None
-        if len(key) > 256:
-            raise InvalidInput(
-                "Idempotency-Key is longer than 256 characters", field="Idempotency-Key"
-            )
-        return self.keys.idempotency(tenant, hashlib.sha256(key.encode()).hexdigest())
-
-    @staticmethod
-    def _checked_id(tenant: str, name: str) -> str:
-        try:
-            return full_job_id(tenant, name)
-        except KeyError_ as exc:
-            raise InvalidInput(str(exc), field="id") from None
-
     def _schedule_ops(
         self, job: JobRecord, key_version: int, prev: DueEntry | None, after_ms: int
     ) -> list[Op]:
@@ -187,7 +119,7 @@ class JobService(ManualRuns):
         slot = next_slot(trigger, after_ms, job.anchor_ms)
         if slot is None:
             return []
-        entry = due_entry(job, key_version, slot, prev)
+        entry = encode(due_entry(job, key_version, slot, prev))  # once for both keys
         pp = self.partition(job.id)
         return [
             Ops.put(self.keys.due(pp, slot, job.id), entry),

@@ -75,7 +75,7 @@ def spec(**overrides: Any) -> dict[str, Any]:
 
 async def serve(services: ApiServices, **settings: Any) -> tuple[str, web.AppRunner]:
     """One API instance over ``services`` on a free loopback port."""
-    app = make_app(services, Config(max_body_bytes=MAX_BODY, **settings))
+    app = make_app(services, Config(**{"max_body_bytes": MAX_BODY, **settings}))
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)

@@ -14,10 +14,10 @@ from etcdsched.model.states import RunState
 from tests.api.conftest import Api
 
 
-async def cli(api: Api, *args: str, token: str | None = None) -> Result:
+async def cli(api: Api, *args: str, token: str | None = None, stdin: str | None = None) -> Result:
     env = {"ETCDSCHED_URL": api.url, "ETCDSCHED_TOKEN": token or api.admin}
     runner = CliRunner()
-    return await asyncio.to_thread(runner.invoke, main, list(args), env=env)
+    return await asyncio.to_thread(runner.invoke, main, list(args), input=stdin, env=env)
 
 
 async def test_job_lifecycle(api: Api) -> None:
@@ -64,6 +64,49 @@ async def test_job_create_from_file(api: Api, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     job = await api.services.jobs.get("acme:from-file")
     assert job.spec.tenant == "acme"
+
+
+MANY_JOBS = """\
+id: m-1
+spec: {trigger: {kind: interval, every: 30s}, execution: {argv: ["true"]}}
+---
+id: m-2
+spec: {trigger: {kind: interval, every: 0s}, execution: {argv: ["true"]}}
+---
+trigger: {kind: cron, expr: "0 * * * *"}
+execution: {argv: ["true"]}
+"""
+
+
+async def test_job_create_from_a_file_of_many_jobs(api: Api, tmp_path: Path) -> None:
+    path = tmp_path / "many.yaml"
+    path.write_text(MANY_JOBS)
+    args = ("job", "create", "-f", str(path), "--tenant", "acme", "--idempotency-key", "k")
+    result = await cli(api, *args)
+    assert result.exit_code == 1, result.output
+    assert "items[1]: invalid_input: items[1].spec.trigger.interval.every" in result.output
+    assert "created: 2, already existed (idempotency key): 0, failed: 1" in result.output
+    assert (await api.services.jobs.get("acme:m-1")).spec.tenant == "acme"
+    again = await cli(api, *args)  # each job's key is k/<index>: a rerun is a replay
+    assert again.exit_code == 1
+    assert "created: 0, already existed (idempotency key): 2, failed: 1" in again.output
+    async with api.client(api.admin) as client:
+        assert len((await client.list_jobs(tenant="acme")).items) == 2
+
+
+async def test_job_create_many_from_stdin(api: Api) -> None:
+    jobs = [
+        {"id": f"s-{i}", "spec": {"trigger": {"kind": "interval", "every": "1h"}}} for i in range(3)
+    ]
+    stdin = json.dumps({"items": jobs})
+    result = await cli(api, "-o", "json", "job", "create", "-f", "-", "--", "echo", stdin=stdin)
+    assert result.exit_code == 0, result.output
+    body = json.loads(result.output)
+    assert (body["created"], body["failed"]) == (3, 0)
+    assert [r["id"] for r in body["results"]] == [f"default:s-{i}" for i in range(3)]
+    assert (await api.services.jobs.get("default:s-2")).spec.execution.argv == ["echo"]  # type: ignore[union-attr]
+    refused = await cli(api, "job", "create", "-f", "-", "--id", "x", stdin=stdin)
+    assert refused.exit_code == 2 and "--id names one job" in refused.output
 
 
 async def test_invalid_input_names_the_field(api: Api) -> None:

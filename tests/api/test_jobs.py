@@ -46,6 +46,17 @@ async def test_idempotent_create(api: Api) -> None:
         assert info.value.field == "Idempotency-Key"
 
 
+async def test_idempotent_create_of_a_named_job(api: Api) -> None:
+    """The name asked for and the full id stored are the same job: a replay."""
+    async with api.client(api.acme) as client:
+        first = await client.create_job(spec(), job_id="named", idempotency_key="k-n")
+        again = await client.create_job(spec(), job_id="named", idempotency_key="k-n")
+        assert again.id == first.id == "acme:named" and again.created_ms == first.created_ms
+        with pytest.raises(Conflict) as info:
+            await client.create_job(spec(), job_id="renamed", idempotency_key="k-n")
+        assert info.value.field == "Idempotency-Key"
+
+
 async def test_list_filters_and_pagination(api: Api) -> None:
     async with api.client(api.admin) as client:
         for i in range(5):
