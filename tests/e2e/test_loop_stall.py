@@ -15,6 +15,13 @@ from tests.support.ledgerfile import pid_alive
 from tests.support.services import Services
 
 
+async def running_pid(services: Services, job_id: str) -> int:
+    runs = await services.runs_of(job_id)
+    assert runs and runs[0].state is RunState.RUNNING and runs[0].current, runs
+    assert runs[0].current.pid is not None
+    return runs[0].current.pid
+
+
 async def test_a_job_survives_a_stalled_event_loop_while_the_lease_holds(
     services: Services,
 ) -> None:
@@ -23,13 +30,7 @@ async def test_a_job_survives_a_stalled_event_loop_while_the_lease_holds(
     services.start_worker("w1")
     job = await services.jobs.create(spec({"kind": "now"}, ["sleep", "7"]), "stalled")
 
-    async def running() -> int:
-        runs = await services.runs_of(job.id)
-        assert runs and runs[0].state is RunState.RUNNING and runs[0].current, runs
-        assert runs[0].current.pid is not None
-        return runs[0].current.pid
-
-    pid = await assert_eventually(running, timeout=10)
+    pid = await assert_eventually(lambda: running_pid(services, job.id), timeout=10)
     time.sleep(4.5)  # the whole loop (worker, scheduler, this test) stalls
     assert pid_alive(pid), "the watchdog killed a job while the lease was good"
 
@@ -51,13 +52,7 @@ async def test_a_stalled_loop_cannot_keep_a_timed_out_job_past_its_hang_deadline
     limits = {"timeout": "1s", "kill_grace": "0s"}
     job = await services.jobs.create(spec({"kind": "now"}, ["sleep", "60"], **limits), "hangs")
 
-    async def running() -> int:
-        runs = await services.runs_of(job.id)
-        assert runs and runs[0].state is RunState.RUNNING and runs[0].current, runs
-        assert runs[0].current.pid is not None
-        return runs[0].current.pid
-
-    pid = await assert_eventually(running, timeout=10)
+    pid = await assert_eventually(lambda: running_pid(services, job.id), timeout=10)
     began = time.monotonic()
     time.sleep(5.5)  # past timeout + 5 s slack - 2 s margin: the watchdog's own deadline
     assert not pid_alive(pid), "the job outlived its hang deadline with the loop stalled"

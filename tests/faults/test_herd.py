@@ -2,7 +2,9 @@
 must-show, at CI size): the worker admits only what it can start, keeps its
 lease while it forks the herd, and when it is killed mid-herd the runs it
 never started go back to the queue without using an attempt, while the
-ones it did start are ``lost`` and rerun. Every job runs; no attempt runs
+ones it did start are ``lost`` and rerun; only the few caught between
+their ``running`` mark and their gate opening (at most the start window)
+are recorded ``lost`` without having run. Every job runs; no attempt runs
 twice.
 
 The start path is made deliberately narrow (``worker_start_window`` 8) so
@@ -13,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,14 +37,6 @@ P = 8
 HERD = 1500
 WINDOW = 8
 APPEND = 'echo "$ETCDSCHED_RUN_ID $ETCDSCHED_ATTEMPT $ETCDSCHED_WORKER_ID" >> "$0"'
-
-
-@pytest.fixture
-def agents() -> Iterator[dict[str, AgentProcess]]:
-    started: dict[str, AgentProcess] = {}
-    yield started
-    for agent in started.values():
-        agent.terminate()
 
 
 def herd_spec(at_ms: int, ledger: Path) -> JobSpec:
@@ -119,19 +112,22 @@ async def test_a_worker_killed_mid_herd_requeues_what_it_never_started(
     # claims live from the claim to the report: the window, plus the jobs
     # started and not yet reported; never the herd
     assert max(claims_seen) <= 10 * WINDOW, f"claims ran ahead of starts: {max(claims_seen)}"
-    requeued = 0
+    requeued, lost_unstarted = 0, 0
     for run in runs:
         assert run.state is RunState.SUCCEEDED, run
         for attempt in run.attempts:
             ran = (run.id, attempt.number) in launches
             if attempt.state is RunState.LOST:
-                assert ran, f"{run.id} attempt {attempt.number} is lost but never started"
+                lost_unstarted += not ran
             else:
                 assert ran and attempt.state is RunState.SUCCEEDED, (run.id, attempt)
         # handed back by recovery: its attempt on w1 was undone, w2 ran attempt 1
         requeued += [(a.number, a.worker) for a in run.attempts] == [(1, "w2")]
+    # only a run caught between its running mark and its gate opening is
+    # recorded lost without having run (ADR 0021): at most the start window
+    assert lost_unstarted <= WINDOW, f"{lost_unstarted} runs lost that never started"
     print(
         f"herd of {HERD}: killed w1 at +{killed_ms - at_ms} ms; {requeued} runs requeued;"
-        f" at most {max(claims_seen)} claims at once"
+        f" {lost_unstarted} lost unstarted; at most {max(claims_seen)} claims at once"
     )
     assert requeued >= HERD // 2  # most of the herd was waiting, unclaimed, and used no attempt

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,14 +22,6 @@ from tests.support.procs import AgentProcess, agent_env
 pytestmark = pytest.mark.slow
 P = 8
 TTL = 2
-
-
-@pytest.fixture
-def agents() -> Iterator[dict[str, AgentProcess]]:
-    started: dict[str, AgentProcess] = {}
-    yield started
-    for agent in started.values():
-        agent.terminate()
 
 
 async def start_cluster(
