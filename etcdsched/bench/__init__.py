@@ -7,9 +7,9 @@ the selected scenarios, writes ``bench-results/<timestamp>.json`` and renders
 scenario code (and matplotlib) is loaded only when the command runs.
 
 Scenarios (``--scenario``, repeatable, default all): ``raw``, ``throughput``,
-``idle-lag``, ``burst``, ``scan``, ``memory``, ``failover``.
+``idle-lag``, ``burst``, ``midnight``, ``scan``, ``memory``, ``failover``.
 """
 
 from __future__ import annotations
 
-SCENARIOS = ("raw", "throughput", "idle-lag", "burst", "scan", "memory", "failover")
+SCENARIOS = ("raw", "throughput", "idle-lag", "burst", "midnight", "scan", "memory", "failover")

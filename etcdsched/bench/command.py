@@ -97,6 +97,12 @@ _OPTIONS = [
                  help="burst: defaults = one worker with N slots and the default lookahead,"
                  " as `etcdsched up` runs; tuned = lookahead = lead, workers hold the burst."),
     click.option("--burst-executor", type=click.Choice(["noop", "process"])),
+    click.option("--midnight-jobs", type=COUNTS, help="midnight: N jobs, e.g. 100k or 1M."),
+    click.option("--midnight-capacity", type=click.FloatRange(min=0.0001, max=10.0),
+                 help="midnight: worker slots as a share of N (default 0.5)."),
+    click.option("--midnight-jitter", type=DURATION,
+                 help="midnight: the 90% class's start tolerance (default 10m)."),
+    click.option("--midnight-lead", type=DURATION, help="midnight: written this long ahead."),
     click.option("--scan-sizes", type=COUNTS, help="scan: stored jobs, e.g. 10k,1M."),
     click.option("--scan-due", type=click.IntRange(min=1), help="scan: due slots per pass."),
     click.option("--scan-passes", type=click.IntRange(min=1)),
@@ -127,6 +133,8 @@ def bench(smoke: bool, report_from: Path | None, **flags: Any) -> None:
         flags["executors"] = tuple(flags["executors"].split(","))
     if flags.get("memory_jobs"):
         flags["memory_jobs"] = max(flags["memory_jobs"])
+    if flags.get("midnight_jobs"):
+        flags["midnight_jobs"] = max(flags["midnight_jobs"])
     flags["command_line"] = _command_line()
     options = build_options(smoke, flags)
     if report_from is not None:

@@ -67,6 +67,12 @@ class BenchOptions:
     """``defaults``: one worker with N slots, the agent's default lookahead
     (what a user gets); ``tuned``: lookahead = lead, workers hold the burst."""
     burst_executor: str = "noop"
+    # midnight
+    midnight_jobs: int = 100_000
+    midnight_capacity: float = 0.5
+    """Worker slots as a share of the jobs."""
+    midnight_jitter: float = 600.0
+    midnight_lead: float = 60.0
     # scan
     scan_sizes: tuple[int, ...] = (10_000, 1_000_000)
     scan_due: int = 100
@@ -104,6 +110,7 @@ _SIZE_FIELDS = (
     "idle_rounds",
     "burst_sizes",
     "burst_lead",
+    "midnight_jobs",
     "scan_sizes",
     "scan_passes",
     "memory_jobs",
@@ -126,6 +133,9 @@ SMOKE: dict[str, Any] = {
     "busy_duration": 6.0,
     "burst_sizes": (200, 1000),
     "burst_lead": 5.0,
+    "midnight_jobs": 1000,
+    "midnight_jitter": 5.0,
+    "midnight_lead": 5.0,
     "scan_sizes": (1000, 10_000),
     "scan_due": 20,
     "scan_passes": 2,

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from etcdsched.bench import SCENARIOS, failover, lag, memory, raw, scan, throughput
+from etcdsched.bench import SCENARIOS, failover, lag, memory, midnight, raw, scan, throughput
 from etcdsched.bench.context import BenchContext
 from etcdsched.bench.env import cpu_seconds, machine_info, versions
 from etcdsched.bench.options import BenchOptions
@@ -38,6 +38,7 @@ RUNNERS: dict[str, Scenario] = {
     "throughput": throughput.run,
     "idle-lag": lag.run_idle,
     "burst": lag.run_burst,
+    "midnight": midnight.run_midnight,
     "scan": scan.run,
     "memory": memory.run,
     "failover": failover.run,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-SCENARIOS = ["raw", "throughput", "idle-lag", "burst", "scan", "memory", "failover"]
+SCENARIOS = ["raw", "throughput", "idle-lag", "burst", "midnight", "scan", "memory", "failover"]
 
 
 BENCH_TIMEOUT_S = 420
