@@ -112,7 +112,6 @@ def _require_offset(value: datetime, info: ValidationInfo) -> datetime:
     return value
 
 
-
 Instant = Annotated[datetime, BeforeValidator(_instant_input), AfterValidator(_require_offset)]
 """An aware datetime given as RFC 3339 with an offset."""
 
@@ -185,6 +184,10 @@ class AtTrigger(_TriggerBase):
 
     kind: Literal["at"] = "at"
     at: Instant
+    if_past: Literal["refuse", "run_now"] = "refuse"
+    """An ``at`` already past (beyond the misfire grace) when the job is
+    created: a 422, or ``run_now``: the job is stored with ``at`` = its
+    creation instant."""
 
     @property
     def at_ms(self) -> int:
@@ -258,6 +261,19 @@ Trigger = Annotated[
 
 TRIGGER_ADAPTER: TypeAdapter[Trigger] = TypeAdapter(Trigger)
 """Validates/dumps a bare :data:`Trigger` (``TRIGGER_ADAPTER.validate_python(data)``)."""
+
+
+def why_no_slot(trigger: Trigger, now_ms: int) -> tuple[str, str]:
+    """Why a trigger has no slot left at ``now_ms``: (message, its field),
+    for the 422 of a job that would never run."""
+    if trigger.end_at is not None and trigger.end_at_ms is not None and trigger.end_at_ms < now_ms:
+        return f"end_at {trigger.end_at.isoformat()} is in the past: the job would never run", (
+            "end_at"
+        )
+    if isinstance(trigger, AtTrigger):
+        hint = 'give "if_past": "run_now" to run it at once'
+        return f"at {trigger.at.isoformat()} is in the past: the job would never run ({hint})", "at"
+    return "the trigger has no slot after now: the job would never run", "kind"
 
 
 def next_slot(trigger: Trigger, after_ms: int, anchor_ms: int) -> int | None:

@@ -14,15 +14,38 @@ import uuid
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+from etcdsched.model.cronwall import ms_to_utc
 from etcdsched.model.errors import Conflict, InvalidInput, OutcomeUnknown
 from etcdsched.model.records import DueEntry, JobRecord
 from etcdsched.model.spec import JobSpec
+from etcdsched.model.triggers import AtTrigger, why_no_slot
 from etcdsched.runtime.clock import Clock
 from etcdsched.store.dependencies import checked_dependencies
 from etcdsched.store.keys import KeyError_, Keys, full_job_id
 from etcdsched.store.kv import Cmp, Compare, Op, Ops, Store
 
 MAX_IDEMPOTENCY_KEY = 256
+
+
+def _first_slot_after(spec: JobSpec, now_ms: int) -> int:
+    """Where a new job's first slot is looked for: after now, but a one-off
+    ``at`` within the misfire grace before now still counts (a client whose
+    clock is a little ahead of ours meant "now"); the firer then fires it
+    in time."""
+    if isinstance(spec.trigger, AtTrigger):
+        return now_ms - 1 - int(spec.misfire.grace.total_seconds() * 1000)
+    return now_ms - 1
+
+
+def _at_now_if_past(spec: JobSpec, now_ms: int) -> JobSpec:
+    """A one-off ``at`` past its grace with ``if_past: run_now``: at = now."""
+    trigger = spec.trigger
+    if not isinstance(trigger, AtTrigger) or trigger.if_past != "run_now":
+        return spec
+    if trigger.at_ms > _first_slot_after(spec, now_ms):
+        return spec
+    at_now = trigger.model_copy(update={"at": ms_to_utc(now_ms)})
+    return spec.model_copy(update={"trigger": at_now})
 
 
 def new_job_name() -> str:
@@ -104,10 +127,15 @@ class JobCreator(ABC):
         them), and the idempotency key is absent if one was given. Ops: the
         job, its first due entry and due pointer, the idempotency key."""
         now = self.clock.now_ms()
+        spec = _at_now_if_past(spec, now)
         job = JobRecord(id=job_id, spec=spec, created_ms=now, updated_ms=now, anchor_ms=now)
         earlier_runs = self.keys.active_prefix(self.partition(job_id), job_id)
         compares = [Cmp.absent(self.keys.job(job_id)), Cmp.prefix_empty(earlier_runs)]
-        ops = [Ops.put(self.keys.job(job_id), job), *self._schedule_ops(job, 1, None, now - 1)]
+        schedule = self._schedule_ops(job, 1, None, _first_slot_after(spec, now))
+        if not schedule and job.state != "paused":
+            message, name = why_no_slot(spec.trigger, now)
+            raise InvalidInput(message, field=f"spec.trigger.{name}")
+        ops = [Ops.put(self.keys.job(job_id), job), *schedule]
         idem_key = self.idempotency_key(spec.tenant, idempotency_key)
         if idem_key:
             compares.append(Cmp.absent(idem_key))
