@@ -105,7 +105,7 @@ def job_create(cli: Cli, /, file: TextIO | None, job_id: str | None, **flags: An
     spec = out.apply_flags(spec, flags)
     created = cli.call(lambda c: c.create_job(spec, job_id or file_id, key))
     view = cli.call(lambda c: c.get_job(created.id))  # the view carries the next slot
-    out.emit(cli.output, created, out.job_fields(created, view.next_slot_ms))
+    out.emit(cli.output, created, out.job_fields(created, view.next_slot_ms, created=True))
 
 
 def _create_many(

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from etcdsched.client import DEFAULT_URL
 from etcdsched.model.cronwall import ms_to_utc
 from etcdsched.model.records import JobRecord, RunRecord, SkipRecord
-from etcdsched.model.triggers import describe
+from etcdsched.model.triggers import AtTrigger, describe, next_slot
 
 LOCAL_TOKEN = Path(".etcdsched") / "admin.token"
 
@@ -171,9 +171,13 @@ def job_rows(jobs: Iterable[JobRecord]) -> str:
     return table(("ID", "TENANT", "STATE", "TRIGGER", "LABELS"), rows)
 
 
-def job_fields(job: JobRecord, next_slot_ms: int | None = None) -> str:
+def job_fields(job: JobRecord, next_slot_ms: int | None = None, *, created: bool = False) -> str:
+    """A job's fields; just ``created``, with its first slot too: by the
+    time the view is read, a first slot due at once (an interval's, a
+    ``now``) may have fired and the next one be the second."""
     execution = job.spec.execution
     what = " ".join(execution.argv) if execution.kind == "command" else execution.image
+    first = [("first slot", when(first_slot_ms(job)))] if created else []
     return fields(
         [
             ("id", job.id),
@@ -182,10 +186,19 @@ def job_fields(job: JobRecord, next_slot_ms: int | None = None) -> str:
             ("version", job.version),
             ("trigger", describe(job.spec.trigger)),
             ("runs", what),
+            *first,
             ("next slot", when(next_slot_ms)),
             ("created", when(job.created_ms)),
         ]
     )
+
+
+def first_slot_ms(job: JobRecord) -> int | None:
+    """The slot a new job was scheduled for when it was created."""
+    trigger = job.spec.trigger
+    if isinstance(trigger, AtTrigger):
+        return trigger.at_ms
+    return next_slot(trigger, job.created_ms - 1, job.anchor_ms)
 
 
 def run_rows(runs: Iterable[RunRecord]) -> str:

@@ -10,6 +10,7 @@ from pathlib import Path
 from click.testing import CliRunner, Result
 
 from etcdsched.cli.main import main
+from etcdsched.cli.support import first_slot_ms, when
 from etcdsched.model.states import RunState
 from tests.api.conftest import Api
 
@@ -140,3 +141,15 @@ async def test_logs_status_and_tokens(api: Api) -> None:
     )
     limited = await cli(api, "tenant", "set", "acme", "--max-jobs", "3")
     assert limited.exit_code == 0 and "max_jobs" in limited.output
+
+
+async def test_job_create_shows_the_first_slot_of_an_interval_job(api: Api) -> None:
+    """An interval's first slot is its creation instant (issue 29: it used
+    to print only the next slot, which, once the first had fired, was the
+    second)."""
+    result = await cli(api, "job", "create", "--id", "every10", "--every", "10s", "--", "true")
+    assert result.exit_code == 0, result.output
+    job = await api.services.jobs.get("default:every10")
+    assert "first slot" in result.output, result.output
+    assert first_slot_ms(job) == job.created_ms
+    assert when(job.created_ms) in result.output
