@@ -29,6 +29,7 @@ from etcdsched.runtime.metrics import FIRES
 from etcdsched.scheduler.assign_requests import ASSIGNED, FULL, GONE
 from etcdsched.scheduler.backpressure import FiringBrake, NoBrake
 from etcdsched.scheduler.direct_fire import DirectFiring, DirectPlacement
+from etcdsched.scheduler.fire_order import FireOrder
 from etcdsched.scheduler.firing_conflicts import ConflictResolution, EntryWrite, FireStats
 from etcdsched.scheduler.overlap import ActiveByJob, overlap_skip, overlap_verdict
 from etcdsched.scheduler.ownership import Ownership
@@ -72,6 +73,8 @@ class PartitionFirer(ConflictResolution):
         far ahead to fire now (``etcdsched.scheduler.staging``), at least
         the lookahead."""
         self._lead = lead or (lambda: lookahead_ms)
+        self.order = FireOrder()
+        """Earliest start, then highest priority, first (``fire_order``)."""
         self._profile: tuple[int, Counter[int]] = (-1, Counter())
         self.direct = direct
         self.partition = partition
@@ -126,7 +129,11 @@ class PartitionFirer(ConflictResolution):
         if earliest is None or earliest > now_ms + lead_ms - self.granule_ms:
             return []
         limit = self.keys.due_until(self.partition, now_ms + lead_ms)
-        return sorted((kv for k, kv in self.due.items.items() if k < limit), key=lambda kv: kv.key)
+        ready = sorted((kv for k, kv in self.due.items.items() if k < limit), key=lambda kv: kv.key)
+        if len(ready) <= self.batch:
+            return ready  # all of it goes in this pass: the order does not matter
+        self.order.prune(self.due.items)
+        return self.order.sorted(ready)
 
     def herd_profile(self, now_ms: int) -> Counter[int]:
         """The due entries held (up to the horizon) by whole seconds from
@@ -362,6 +369,7 @@ class PartitionFirer(ConflictResolution):
         the same entries are never fired twice from a stale cache."""
         for kv, write in chunk:
             self.due.items.pop(kv.key, None)
+            self.order.forget(kv.key)
             if write.next_kv is not None and self._within_horizon(write.next_kv[0]):
                 key, data, entry = write.next_kv
                 self.due.items[key] = KV(key, data, revision, revision, 1)

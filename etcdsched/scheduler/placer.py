@@ -86,6 +86,10 @@ class PartitionPlacer:
         self._fired: dict[str, Versioned[RunRecord]] = {}
         """Runs this scheduler fired, as stored, by queue key, until placed
         once: the first look at them needs no read."""
+        self.due_soon: Callable[[int], bool] = lambda not_before_ms: True
+        """Whether a run of this not-before is placed now (within the
+        scheduler's lead): only those count for the firing brake; one
+        that may not start for minutes (a jittered herd) is not behind."""
         self._unexamined: dict[str, int] = {}
         """Queue keys of every run this scheduler fired that placement has
         not looked at yet, with the revision that queued them (the firing
@@ -167,7 +171,8 @@ class PartitionPlacer:
         queue_key = current.value.queue_key
         if not queue_key:
             return
-        self._unexamined[queue_key] = current.mod_revision
+        if self.due_soon(current.value.not_before_ms):
+            self._unexamined[queue_key] = current.mod_revision
         if len(self._fired) < FIRED_MEMO:
             self._fired[queue_key] = current
 

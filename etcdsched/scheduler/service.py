@@ -306,6 +306,9 @@ class SchedulerService:
             self.placement.queues_changed.notify,
         )
         firer.on_fired = placer.remember_fired
+        placer.due_soon = lambda not_before_ms: (
+            not_before_ms <= self.clock.now_ms() + self.placement.lead_ms()
+        )
         recovery = PartitionRecovery(
             partition, self.store, self.keys, self.ownership, active, self.workers
         )
