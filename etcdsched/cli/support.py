@@ -203,9 +203,16 @@ def first_slot_ms(job: JobRecord) -> int | None:
 
 def run_rows(runs: Iterable[RunRecord]) -> str:
     rows = (
-        (r.id, r.state, when(r.slot_ms), r.attempt, r.worker or "-", r.reason or "-") for r in runs
+        (r.id, r.state, when(r.slot_ms), r.attempt, _last_worker(r), r.reason or "-") for r in runs
     )
     return table(("RUN", "STATE", "SLOT", "ATTEMPT", "WORKER", "REASON"), rows)
+
+
+def _last_worker(run: RunRecord) -> str:
+    """The worker of the run's current or last attempt (a finished run has
+    none of its own any more)."""
+    last = run.worker or (run.current.worker if run.current is not None else None)
+    return last or "-"
 
 
 def run_fields(run: RunRecord, pending_reason: str | None = None) -> str:
