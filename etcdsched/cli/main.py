@@ -324,13 +324,15 @@ def status(cli: Cli) -> None:
     for owner in view.owners:
         owned[owner.scheduler] = owned.get(owner.scheduler, 0) + 1
     workers = out.table(
-        ("WORKER", "SLOTS", "CPU", "MEMORY_MB", "LABELS"),
+        ("WORKER", "SLOTS", "CPU", "MEMORY_MB", "GPU", "TENANTS", "LABELS"),
         (
             (
                 w.id,
                 w.capacity.slots,
                 w.capacity.cpu,
                 w.capacity.memory_mb,
+                w.capacity.gpu,
+                ",".join(w.tenants) or "-",
                 ",".join(f"{k}={v}" for k, v in w.labels.items()) or "-",
             )
             for w in view.workers

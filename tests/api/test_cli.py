@@ -129,6 +129,7 @@ async def test_logs_status_and_tokens(api: Api) -> None:
     assert logs.exit_code == 0 and logs.output == ""
     state = await cli(api, "status")
     assert state.exit_code == 0 and "queue depth: 1" in state.output
+    assert "GPU" in state.output and "TENANTS" in state.output  # every capacity dimension
     made = await cli(api, "token", "create", "--tenant", "acme", "--name", "bot")
     secret = made.output.strip()
     assert made.exit_code == 0 and secret.startswith("esk_")
