@@ -10,7 +10,7 @@ Human-readable tables by default; ``--output json`` for scripts.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, TextIO
 
 import aiohttp
@@ -210,17 +210,13 @@ def job_rm(cli: Cli, job_id: str, cancel_active: bool) -> None:
 
 @job.command("backfill")
 @click.argument("job_id")
-@click.option("--start", required=True, type=click.DateTime(), help="RFC 3339 (UTC if naive).")
-@click.option("--end", required=True, type=click.DateTime())
+@click.option("--start", required=True, type=out.Rfc3339(), help="RFC 3339 (UTC if naive).")
+@click.option("--end", required=True, type=out.Rfc3339(), help="RFC 3339 (UTC if naive).")
 @pass_cli
 def job_backfill(cli: Cli, job_id: str, start: datetime, end: datetime) -> None:
     """Create runs for the slots in [start, end] that have none."""
-    result = cli.call(lambda c: c.backfill_job(job_id, _utc(start), _utc(end)))
+    result = cli.call(lambda c: c.backfill_job(job_id, start, end))
     out.emit(cli.output, result, "\n".join(result.created) or "no new runs")
-
-
-def _utc(value: datetime) -> datetime:
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 @job.command("runs")

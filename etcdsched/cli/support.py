@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -246,3 +247,23 @@ def _or_dash(value: object) -> object:
 def skip_rows(skips: Iterable[SkipRecord]) -> str:
     rows = ((when(s.first_slot_ms), when(s.last_slot_ms), s.count, s.reason) for s in skips)
     return table(("FIRST", "LAST", "COUNT", "REASON"), rows)
+
+
+class Rfc3339(click.ParamType[datetime]):
+    """An instant as RFC 3339: with ``Z`` or an offset (``+00:00``), or
+    naive and then read as UTC. ``click.DateTime`` knew neither suffix."""
+
+    name = "rfc3339"
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> datetime:
+        if isinstance(value, datetime):
+            return value if value.tzinfo else value.replace(tzinfo=UTC)
+        try:
+            parsed = datetime.fromisoformat(str(value))
+        except ValueError:
+            self.fail(
+                f"{value!r} is not an RFC 3339 instant (e.g. 2026-12-01T00:00:00Z)", param, ctx
+            )
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)

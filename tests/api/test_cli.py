@@ -154,3 +154,14 @@ async def test_job_create_shows_the_first_slot_of_an_interval_job(api: Api) -> N
     assert "first slot" in result.output, result.output
     assert first_slot_ms(job) == job.created_ms
     assert when(job.created_ms) in result.output
+
+
+async def test_backfill_takes_rfc3339_with_z_or_an_offset(api: Api) -> None:
+    made = await cli(api, "job", "create", "--id", "bf", "--cron", "0 * * * *", "--", "true")
+    assert made.exit_code == 0, made.output
+    for start, end in (("2026-01-01T00:00:00Z", "2026-01-01T02:30:00Z"),
+                       ("2026-01-01T00:00:00+00:00", "2026-01-01T02:30:00+00:00")):  # fmt: skip
+        result = await cli(api, "job", "backfill", "bf", "--start", start, "--end", end)
+        assert result.exit_code == 0, result.output
+    bad = await cli(api, "job", "backfill", "bf", "--start", "yesterday", "--end", "today")
+    assert bad.exit_code == 2 and "RFC 3339" in bad.output
