@@ -27,7 +27,11 @@ from etcdsched.model.errors import EtcdschedError, Unauthorized
 
 
 class _Main(click.Group):
-    """Turns API errors into one line on stderr and exit status 1."""
+    """Turns API errors into one line on stderr and exit status 1, and
+    takes ``-o``/``--output`` anywhere on the line (before ``--``)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, hoist_output(args))
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -42,6 +46,27 @@ class _Main(click.Group):
         except aiohttp.ClientError as exc:
             click.echo(f"error: cannot reach the API: {exc}", err=True)
             ctx.exit(1)
+
+
+def hoist_output(args: list[str]) -> list[str]:
+    """``args`` with every ``-o X``, ``-oX``, ``--output X`` and
+    ``--output=X`` moved to the front, where the group reads it; nothing
+    after ``--`` (a job's own command) is touched."""
+    head: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            rest += args[i:]
+            break
+        if arg in ("-o", "--output") and i + 1 < len(args):
+            head += args[i : i + 2]
+            i += 2
+            continue
+        (head if arg.startswith(("--output=", "-o")) and arg != "-o" else rest).append(arg)
+        i += 1
+    return head + rest
 
 
 @click.group(cls=_Main)

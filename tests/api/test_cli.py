@@ -165,3 +165,13 @@ async def test_backfill_takes_rfc3339_with_z_or_an_offset(api: Api) -> None:
         assert result.exit_code == 0, result.output
     bad = await cli(api, "job", "backfill", "bf", "--start", "yesterday", "--end", "today")
     assert bad.exit_code == 2 and "RFC 3339" in bad.output
+
+
+async def test_output_option_works_anywhere_before_the_command(api: Api) -> None:
+    made = await cli(api, "job", "create", "--id", "oj", "--every", "1h", "--", "echo", "-o", "x")
+    assert made.exit_code == 0, made.output
+    job = await api.services.jobs.get("default:oj")
+    assert job.spec.execution.argv == ["echo", "-o", "x"]  # type: ignore[union-attr]
+    for args in (("job", "get", "oj", "-o", "json"), ("job", "get", "oj", "--output=json")):
+        shown = await cli(api, *args)
+        assert shown.exit_code == 0 and json.loads(shown.output)["id"] == "default:oj"
