@@ -25,7 +25,7 @@ from etcdsched.model.codec import encode
 from etcdsched.model.errors import Conflict, InvalidInput, NotFound, OutcomeUnknown
 from etcdsched.model.records import DueEntry, JobRecord, SkipRecord
 from etcdsched.model.spec import JobSpec
-from etcdsched.model.triggers import count_slots_between, next_slot, slots_between
+from etcdsched.model.triggers import count_slots_between, next_slot, slots_between, why_no_slot
 from etcdsched.runtime.clock import Clock
 from etcdsched.store.dependencies import checked_dependencies
 from etcdsched.store.job_create import JobCreator
@@ -191,6 +191,11 @@ class JobService(ManualRuns, JobCreator):
         now = self.clock.now_ms()
         job = old.model_copy(update={"spec": spec, "version": old.version + 1, "updated_ms": now})
         compares, ops = self._reschedule_ops(state, job, now)
+        pointer = self.keys.due_pointer(job_id)
+        scheduled = any(op.kind == "put" and op.key == pointer for op in ops)
+        if job.state == "active" and not scheduled and spec.trigger != old.spec.trigger:
+            message, name = why_no_slot(spec.trigger, now)  # a new trigger that never fires
+            raise InvalidInput(message, field=f"spec.trigger.{name}")
         return await self._commit(state, job, ops, compares)
 
     def _reschedule_ops(

@@ -57,3 +57,13 @@ async def test_an_at_a_moment_ago_is_still_now(api: Api) -> None:
     status, body = await _create(api, {"kind": "at", "at": _iso(-2)})
     assert status == 201, body
     await _has_a_slot(api, str(body["id"]))
+
+
+async def test_replacing_a_trigger_with_an_at_in_the_past_is_a_422(api: Api) -> None:
+    status, body = await _create(api, {"kind": "at", "at": _iso(3600)})
+    assert status == 201, body
+    job_id = str(body["id"])
+    past = spec(trigger={"kind": "at", "at": _iso(-3600)})
+    status, reply, _ = await api.call("PUT", f"/v1/jobs/{job_id}", api.admin, json={"spec": past})
+    assert status == 422 and reply["error"]["field"] == "spec.trigger.at", reply
+    await _has_a_slot(api, job_id)  # unchanged
