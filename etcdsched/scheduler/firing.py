@@ -101,7 +101,8 @@ class PartitionFirer(ConflictResolution):
             keep=self._within_horizon,
             list_end=self._horizon_end,
         )
-        self.cancel_requests: list[str] = []
+        self.cancel_requests: list[tuple[str, int]] = []
+        """(run, when) to cancel: superseded by a ``cancel_previous`` run."""
         self._written: dict[str, tuple[int, DueEntry]] = {}
         """Due entries this firer wrote, by key, with the revision they have."""
         self.on_fired: Callable[[Versioned[RunRecord]], None] = lambda run: None
@@ -265,7 +266,7 @@ class PartitionFirer(ConflictResolution):
                 prefix = self.keys.active_prefix(self.partition, entry.job_id)
                 compares.append(Cmp.prefix_empty(prefix))
             if verdict == "cancel":
-                write.cancel_after += [p.run_id for p in active]
+                write.cancel_after += [(p.run_id, run.not_before_ms) for p in active]
             write.compares += compares
             active.append(ActivePointer(run_id=run.id))
         return skips

@@ -39,7 +39,9 @@ class EntryWrite:
     placed: list[RunRecord] = field(default_factory=list)
     """The runs as stored when they were fired straight onto a worker."""
     _queued: list[tuple[RunRecord, list[Op]]] | None = None
-    cancel_after: list[str] = field(default_factory=list)
+    cancel_after: list[tuple[str, int]] = field(default_factory=list)
+    """Runs an ``overlap: cancel_previous`` run supersedes, with the instant
+    to cancel them at: the new run's not-before, when it takes over."""
     next_kv: tuple[str, bytes, DueEntry] | None = None
     """The job's next due entry: key, value (encoded once for its two puts
     and the cache) and the entry itself (so the next firing need not decode it)."""

@@ -21,6 +21,7 @@ from typing import Any
 
 from etcdsched.config import Config
 from etcdsched.logs.store import LogStore
+from etcdsched.model.cronwall import ms_to_utc
 from etcdsched.model.errors import EtcdschedError, OwnershipLost, StoreUnavailable
 from etcdsched.model.records import ClusterMeta, OwnerRecord, SchedulerMember
 from etcdsched.runtime.clock import Clock
@@ -108,6 +109,8 @@ class SchedulerService:
         self.member_id = config.member_id
         self.partitions = 0
         self.owned: dict[int, PartitionTasks] = {}
+        self._timers: set[asyncio.Task[None]] = set()
+        """Cancels waiting for the instant of the run that supersedes them."""
         self.ownership = Ownership(store, keys, self.member_id)
         self.session: Session | None = None
         self.workers = PrefixCache(store, clock, keys.members_prefix("workers"), relist_every=15)
@@ -162,7 +165,7 @@ class SchedulerService:
         finally:
             await self._stop_all()
             await self.assigner.forget(set())
-            for task in self._caches:
+            for task in [*self._caches, *self._timers]:
                 task.cancel()
             await asyncio.gather(*self._caches, return_exceptions=True)
             if self.session is not None:
@@ -357,10 +360,19 @@ class SchedulerService:
             await wait_any_change(seen, min(1.0, wait_s))
 
     async def _cancel_previous(self, firer: PartitionFirer, now_ms: int) -> None:
+        """Cancel what a ``cancel_previous`` run supersedes when the new run
+        takes over (its not-before), not when it was fired a lead earlier."""
         while firer.cancel_requests:
-            rid = firer.cancel_requests.pop()
-            with contextlib.suppress(EtcdschedError):
-                await cancel_run(self.store, self.keys, rid, now_ms, "cancelled by a newer run")
+            rid, at_ms = firer.cancel_requests.pop()
+            task = asyncio.create_task(self._supersede(rid, at_ms), name=f"supersede {rid}")
+            self._timers.add(task)
+            task.add_done_callback(self._timers.discard)
+
+    async def _supersede(self, rid: str, at_ms: int) -> None:
+        await self.clock.sleep_until_ms(at_ms)
+        reason = f"superseded by slot {ms_to_utc(at_ms).isoformat(timespec='milliseconds')}"
+        with contextlib.suppress(EtcdschedError):
+            await cancel_run(self.store, self.keys, rid, self.clock.now_ms(), reason)
 
     async def _stop_partition(self, partition: int) -> None:
         tasks = self.owned.pop(partition, None)

@@ -211,7 +211,9 @@ async def cancel_run(store: Store, keys: Keys, rid: str, now_ms: int, reason: st
             if (await store.txn([guard], ops.settle(cancelled))).succeeded:
                 return cancelled
             continue
-        flagged = run.model_copy(update={"cancel_requested": True, "updated_ms": now_ms})
+        flagged = run.model_copy(
+            update={"cancel_requested": True, "updated_ms": now_ms, "reason": reason}
+        )
         assign_key = keys.assign(run.worker or "", run.id)
         result = await store.txn(
             [guard, Cmp.exists(assign_key)],

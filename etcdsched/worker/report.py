@@ -103,6 +103,8 @@ class AttemptEnding(ABC):
         """Compares: our claim, byte for byte; the run unchanged. Deleting
         the assignment in the same transaction frees the worker's capacity."""
         run = current.value
+        if outcome == "cancelled" and run.cancel_requested and run.reason:
+            reason = run.reason  # who cancelled and why (e.g. superseded by a newer slot)
         next_slot = await self.w.runs.next_slot(self.w.store, run)
         ended = finish_attempt(
             run, outcome, ended_ms, exit_code=exit_code, reason=reason, next_slot_ms=next_slot

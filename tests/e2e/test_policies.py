@@ -230,6 +230,34 @@ async def test_overlap_cancel_previous_cancels_the_running_run_for_the_new_one(
     await ledger_ok(services, job.id)
 
 
+async def test_cancel_previous_cancels_each_run_at_the_next_slot_not_a_lead_earlier(
+    services: Services,
+) -> None:
+    """Issue 29: at a 2 s interval, each run of a job that outlives its
+    interval is cancelled when the next slot starts (it got ~8.5 s of a
+    10 s interval when the cancel went out at firing, a lookahead early),
+    and the record says it was superseded, not cancelled by a person."""
+    services.start_scheduler("s1")
+    start_worker(services, "w1")
+    trigger = {"kind": "interval", "every": "2s", "max_runs": 4}
+    job = await services.jobs.create(
+        spec(trigger, ["sleep", "30"], overlap="cancel_previous", kill_grace="0s"), "supersede"
+    )
+
+    async def three_superseded() -> list[RunRecord]:
+        runs = sorted(await services.runs_of(job.id), key=lambda r: r.slot_ms)
+        assert len(runs) == 4 and all(r.state is RunState.CANCELLED for r in runs[:3]), runs
+        return runs
+
+    runs = await assert_eventually(three_superseded, timeout=20)
+    for previous, newer in pairwise(runs):
+        attempt = previous.attempts[-1]
+        assert attempt.ended_ms is not None and "superseded by slot" in attempt.reason, attempt
+        print(f"cancelled {attempt.ended_ms - newer.not_before_ms:+d} ms from the next slot")
+        assert abs(attempt.ended_ms - newer.not_before_ms) <= 300, (attempt, newer.not_before_ms)
+    await services.jobs.delete(job.id)
+
+
 # -- depends_on ------------------------------------------------------------------
 def shared_trigger(start_ms: int, runs: int) -> dict[str, object]:
     return every_second(start=iso(start_ms), max_runs=runs)
