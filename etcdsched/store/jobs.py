@@ -32,7 +32,7 @@ from etcdsched.store.job_create import JobCreator
 from etcdsched.store.job_runs import ManualRuns, origin_of
 from etcdsched.store.keys import Keys
 from etcdsched.store.kv import KV, Cmp, Compare, Op, Ops, Store, Versioned
-from etcdsched.store.runs import RunOps, new_run
+from etcdsched.store.runs import RunOps, cancel_run, new_run
 
 CatchUp = Literal["skip", "run_once"]
 T = TypeVar("T")
@@ -228,8 +228,30 @@ class JobService(ManualRuns, JobCreator):
 
     async def pause(self, job_id: str) -> JobRecord:
         """No new slots. The due entry leaves the index but its pointer stays,
-        marking the paused slot, so resume can account for every missed slot."""
-        return await self._retry_due_moved(job_id, lambda: self._pause_once(job_id))
+        marking the paused slot, so resume can account for every missed slot.
+        Runs already fired (a lead ahead) for slots after the pause are
+        withdrawn: cancelled before they start."""
+        paused = await self._retry_due_moved(job_id, lambda: self._pause_once(job_id))
+        if paused.paused_ms is not None:
+            await self._withdraw_after(job_id, paused.paused_ms, "job paused")
+        return paused
+
+    async def _withdraw_after(self, job_id: str, after_ms: int, why: str) -> None:
+        """Cancel the job's scheduled runs for slots after ``after_ms`` that
+        have not started (pending, assigned, or marked running before their
+        gate, whose start is still ahead); a run already going is left be."""
+        for rid in await self.active_run_ids(job_id):
+            try:
+                run = (await self.runs.load(self.store, rid)).value
+            except NotFound:
+                continue
+            started = run.current.started_ms if run.current is not None else None
+            if run.slot_ms <= after_ms or run.kind != "scheduled":
+                continue
+            if started is not None and started <= self.clock.now_ms():
+                continue
+            reason = f"withdrawn: {why} before its slot"
+            await cancel_run(self.store, self.keys, rid, self.clock.now_ms(), reason)
 
     async def _pause_once(self, job_id: str) -> JobRecord:
         state = await self.load(job_id)

@@ -120,7 +120,9 @@ class AttemptEnding(ABC):
         """Cancelled before it started: the attempt and the run end
         ``cancelled`` (compare: run unchanged)."""
         now = self.w.clock.now_ms()
-        run = finish_attempt(current.value, "cancelled", now, reason="cancelled before start")
+        why = current.value.reason if current.value.cancel_requested else ""
+        reason = f"cancelled before start: {why}" if why else "cancelled before start"
+        run = finish_attempt(current.value, "cancelled", now, reason=reason)
         if run.current is not None:  # marked running before its gate: it still never started
             unstarted = run.current.model_copy(update={"started_ms": None, "pid": None})
             run = run.model_copy(update={"attempts": [*run.attempts[:-1], unstarted]})

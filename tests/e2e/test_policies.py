@@ -3,6 +3,7 @@ deadline, overlap and depends_on (docs/design.md, "Firing", "Placement")."""
 
 from __future__ import annotations
 
+import asyncio
 from itertools import pairwise
 from pathlib import Path
 
@@ -304,3 +305,31 @@ async def test_downstream_run_is_skipped_when_the_upstream_run_failed(
     assert "upstream" in down.reason and down.attempts == []
     assert not down_ledger.exists(), "the downstream job never ran"
     await ledger_ok(services, "down")
+
+
+async def test_pause_withdraws_runs_already_fired_for_later_slots(
+    services: Services, tmp_path: Path
+) -> None:
+    """Issue 29: with a 3 s lookahead, runs for the next slots exist when the
+    job is paused; none of them may start (34 did in the issue's test)."""
+    services.config = services.config.model_copy(update={"lookahead_ms": 3000})
+    services.start_scheduler("s1")
+    start_worker(services, "w1")
+    ledger = tmp_path / "ledger.jsonl"
+    job = await services.jobs.create(spec(every_second(), job_argv(ledger, 0.0)), "pausing")
+
+    async def fired_ahead() -> None:
+        runs = await services.runs_of(job.id)
+        assert any(r.state is RunState.SUCCEEDED for r in runs), runs
+        assert sum(not r.state.terminal for r in runs) >= 2, runs  # later slots fired ahead
+
+    await assert_eventually(fired_ahead, timeout=15)
+    paused = await services.jobs.pause(job.id)
+    assert paused.paused_ms is not None
+    await asyncio.sleep(4)  # past every slot that had been fired ahead
+    later = [r for r in await services.runs_of(job.id) if r.slot_ms > paused.paused_ms]
+    assert later, "no run had been fired ahead of the pause"
+    started = {key.split("#")[0] for key in intervals(ledger)}
+    for run in later:
+        assert run.state is RunState.CANCELLED and run.id not in started, run
+        assert "job paused" in run.reason, run
