@@ -41,6 +41,8 @@ RATE_FLOOR = 100.0
 SAFETY = 1.25
 """Staging is planned at the rate divided by this: the rate is a guess."""
 RECOMPUTE_MS = 1000
+MIN_WORK_MS = 1000
+"""A backlog of less staging work than this is no herd: the lookahead does."""
 HORIZON_SLACK_MS = 2000
 """The lead stays this far inside half the horizon: the due index is
 listed up to the horizon every half horizon (``PartitionFirer.due``), so
@@ -110,11 +112,15 @@ def herd_lead_ms(due_by_second: Counter[int], rate: float, cap: int, lookahead_m
     at ``rate`` than the time left before it, ``t`` less the lookahead;
     so from then on everything up to that second is staged, in slot order.
     Never less than the lookahead. ``due_by_second`` counts slots by whole
-    seconds left, rounded down."""
+    seconds left, rounded down and a second less (``herd_profile``): the
+    lead reaches two seconds past the offset, beyond the herd's own
+    instant. (Reaching one second past, the first version stopped short of
+    it, and the herd waited for the lookahead after all.)"""
     lead_ms = lookahead_ms
     offsets = sorted(due_by_second)
     backlogs = itertools.accumulate(due_by_second[t] for t in offsets)
     for offset, backlog in zip(offsets, backlogs, strict=True):
-        if min(backlog, cap) / rate * 1000 >= offset * 1000 - lookahead_ms:
-            lead_ms = max(lead_ms, (offset + 1) * 1000)
+        work_ms = min(backlog, cap) / rate * 1000
+        if work_ms >= max(offset * 1000 - lookahead_ms, MIN_WORK_MS):
+            lead_ms = max(lead_ms, (offset + 2) * 1000)
     return lead_ms
