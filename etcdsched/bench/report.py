@@ -21,6 +21,7 @@ from etcdsched.bench.results import ScenarioResult, Target, read_results
 
 DASH = "\u2013"  # en dash: an empty cell
 READING = "reading.md"
+HEADLINE = "headline.md"
 """The hand-written reading's file name, in the folder beside the report."""
 _RUN_MARK = re.compile(r"\A\s*<!--\s*run:\s*(\S+)\s*-->\s*\n?")
 
@@ -116,9 +117,10 @@ def render(
     else:
         figures = draw_all(meta, results, docs.parent / docs.stem, docs.parent)
         plots_note = ""
-    lines = [*_head_lines(meta, docs, source)]
-    lines += ["## Setup", "", *setup_lines(meta), ""]
-    lines += ["## Targets", "", *targets_lines(results), ""]
+    tuned = "" if meta.get("fsync", True) else " (tuned run: etcd fsync off)"
+    lines = [*_head_lines(meta, docs, source), *headline_lines(docs)]
+    lines += [f"## Setup{tuned}", "", *setup_lines(meta), ""]
+    lines += [f"## Targets{tuned}", "", *targets_lines(results), ""]
     lines += reading_lines(meta, docs)
     if plots_note:
         lines += [plots_note, ""]
@@ -156,6 +158,17 @@ def _link(path: Path, docs: Path) -> str:
 def reading_path(docs: Path) -> Path:
     """Where the hand-written reading of ``docs`` lives."""
     return docs.parent / docs.stem / READING
+
+
+def headline_lines(docs: Path) -> list[str]:
+    """The hand-written headline (``headline.md`` beside the reading), first
+    on the page: the figures with what a user runs (fsync on, defaults),
+    whichever run the generated tables below come from. Nothing if absent."""
+    path = docs.parent / docs.stem / HEADLINE
+    if not path.is_file():
+        return []
+    return ["## Headline: what a user runs (fsync on, default settings)", "",
+            path.read_text().strip(), ""]  # fmt: skip
 
 
 def reading_lines(meta: dict[str, Any], docs: Path) -> list[str]:

@@ -72,3 +72,18 @@ def test_without_a_reading_the_page_is_all_generated(tmp_path: Path) -> None:
     page = docs.read_text()
     assert "## Reading" not in page
     assert "## Targets" in page and "(`burst`)" in page
+
+
+def test_a_tuned_run_is_labelled_and_the_headline_of_user_settings_comes_first(
+    tmp_path: Path,
+) -> None:
+    docs = tmp_path / "benchmarks.md"
+    headline = reading_path(docs).parent / "headline.md"
+    headline.parent.mkdir(parents=True, exist_ok=True)
+    headline.write_text("Idle lag p99 **4 ms** with fsync on.\n")
+    render_file(_results(tmp_path), docs)  # a run with fsync off
+    page = docs.read_text()
+    assert page.index("## Headline: what a user runs") < page.index("## Setup")
+    assert "## Setup (tuned run: etcd fsync off)" in page
+    assert "## Targets (tuned run: etcd fsync off)" in page
+    assert "Idle lag p99 **4 ms** with fsync on." in page
