@@ -59,9 +59,13 @@ class Samples:
             self.rss_mb[role] = max(self.rss_mb.get(role, 0.0), rss)
 
 
+def _id_prefix(name: str) -> str:
+    """The job ids of class ``name`` start with this."""
+    return f"midnight-{name.split(',')[0].replace(' ', '')}-"
+
+
 def _job_ids(name: str, count: int) -> list[str]:
-    tag = name.split(",")[0].replace(" ", "")
-    return [f"midnight-{tag}-{i:07d}" for i in range(count)]
+    return [f"{_id_prefix(name)}{i:07d}" for i in range(count)]
 
 
 async def _write_herd(ctx: BenchContext, keys: Keys, partitions: int, at_ms: int) -> float:
@@ -107,8 +111,8 @@ async def _compacted_db(ctx: BenchContext) -> dict[str, float]:
 def _class_rows(times: list[RunTimes], at_ms: int) -> list[list[Any]]:
     rows = []
     for name, *_ in CLASSES:
-        tag = f"midnight-{name.split(',')[0].replace(' ', '')}-"
-        mine = [t for t in times if t.job_id.split(":", 1)[-1].startswith(tag)]
+        prefix = _id_prefix(name)
+        mine = [t for t in times if t.job_id.split(":", 1)[-1].startswith(prefix)]
         lag = summary(lags(mine))
         starts = [t.started_ms for t in mine if t.started_ms is not None]
         last = (max(starts) - at_ms) / 1000 if starts else None

@@ -86,7 +86,6 @@ class PartitionFirer(ConflictResolution):
         self.ownership = ownership
         self.active = active
         self.partitions = partitions
-        self.lookahead_ms = lookahead_ms
         self.granule_ms = min(lookahead_ms // GRANULE_PART, GRANULE_MAX_MS)
         self.horizon_ms = horizon_ms
         self.batch = batch

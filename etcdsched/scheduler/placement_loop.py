@@ -73,7 +73,6 @@ class PlacementLoop:
         self.assignments = assignments
         self.capacity = capacity
         self.assigner = assigner
-        self.lookahead_ms = lookahead_ms
         self.lead_ms: Callable[[], int] = lambda: lookahead_ms
         """How far ahead runs are placed: the scheduler's staging lead."""
         self.queues_changed = ChangeSignal()

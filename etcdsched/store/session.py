@@ -130,6 +130,7 @@ class Session:
     async def _keepalive(self, store: Renewer) -> None:
         interval = self.ttl / 3
         next_renewal = self._clock.monotonic() + interval
+        withheld = False  # a renewal is being withheld (``alive`` says no): said once
         while not self.lost:
             now = self._clock.monotonic()
             await self._clock.sleep(max(0.0, min(next_renewal, self._safe_until) - now))
@@ -137,11 +138,12 @@ class Session:
                 return
             sent = self._clock.monotonic()
             if self._alive is not None and not self._alive():
-                if next_renewal > 0:  # say it once
+                if not withheld:
                     log.error("session %x: not renewing: the process does not work", self.lease_id)
-                next_renewal = 0.0
+                withheld, next_renewal = True, 0.0  # renew at once if it works again
                 await self._clock.sleep(min(0.25, interval))
                 continue
+            withheld = False
             # a renewal that lands before safe_until is still useful: give it that long
             timeout = max(0.1, self._safe_until - sent)
             try:
