@@ -18,6 +18,9 @@ from pydantic import (
     Discriminator,
     Field,
     PlainSerializer,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
     Tag,
     field_validator,
 )
@@ -107,13 +110,13 @@ Outcome = Literal["failed", "timed_out", "lost"]
 class RetryPolicy(_Strict):
     """How a failed attempt is retried: exponential backoff with jitter."""
 
-    max_attempts: int = Field(1, ge=1, le=100, description="Total attempts, first included.")
+    max_attempts: StrictInt = Field(1, ge=1, le=100, description="Total attempts, first included.")
     initial_delay: NonNegDuration = timedelta(seconds=1)
-    multiplier: float = Field(2.0, ge=1.0, le=10.0)
+    multiplier: StrictFloat = Field(2.0, ge=1.0, le=10.0)
     max_delay: NonNegDuration = timedelta(minutes=5)
-    jitter: float = Field(0.1, ge=0.0, le=1.0, description="Fraction of the delay, +/-.")
+    jitter: StrictFloat = Field(0.1, ge=0.0, le=1.0, description="Fraction of the delay, +/-.")
     retry_on: frozenset[Outcome] = frozenset({"failed", "timed_out", "lost"})
-    stop_at_next_slot: bool = Field(False, description="Give up once the next slot is due.")
+    stop_at_next_slot: StrictBool = Field(False, description="Give up once the next slot is due.")
 
 
 class MisfirePolicy(_Strict):
@@ -124,16 +127,16 @@ class MisfirePolicy(_Strict):
     policy: Literal["skip", "run_once", "run_all"] = "run_once"
     grace: NonNegDuration = timedelta(seconds=5)
     catch_up_window: PosDuration = timedelta(hours=1)
-    max_catch_up: int = Field(10, ge=1, le=1000)
+    max_catch_up: StrictInt = Field(10, ge=1, le=1000)
 
 
 class Resources(_Strict):
     """What one run needs from a worker. ``slots`` counts concurrent runs."""
 
-    slots: int = Field(1, ge=0, le=1024)
-    cpu: float = Field(0.0, ge=0.0, le=1024.0)
-    memory_mb: int = Field(0, ge=0, le=16 * 1024 * 1024)
-    gpu: int = Field(0, ge=0, le=64)
+    slots: StrictInt = Field(1, ge=0, le=1024)
+    cpu: StrictFloat = Field(0.0, ge=0.0, le=1024.0)
+    memory_mb: StrictInt = Field(0, ge=0, le=16 * 1024 * 1024)
+    gpu: StrictInt = Field(0, ge=0, le=64)
 
 
 class Capacity(Resources):
@@ -141,13 +144,13 @@ class Capacity(Resources):
     room for far more concurrent runs than one run may ask for (a worker of
     short or idle jobs can hold thousands)."""
 
-    slots: int = Field(4, ge=0, le=1_000_000)
+    slots: StrictInt = Field(4, ge=0, le=1_000_000)
 
 
 class Retention(_Strict):
     """How much history of finished runs stays in etcd."""
 
-    keep_last: int = Field(100, ge=1, le=100_000)
+    keep_last: StrictInt = Field(100, ge=1, le=100_000)
     max_age: PosDuration | None = None
 
 
@@ -156,7 +159,7 @@ class CommandExecution(_Strict):
 
     kind: Literal["command"] = "command"
     argv: list[str] = Field(min_length=1, max_length=4096)
-    shell: bool = False
+    shell: StrictBool = False
     env: EnvVars = Field(default_factory=dict)
     cwd: str | None = Field(None, max_length=4096)
 
@@ -218,7 +221,7 @@ class JobSpec(_Strict):
         default_factory=dict, description="Worker labels a run needs (e.g. pool)."
     )
     resources: Resources = Resources()
-    priority: int = Field(100, ge=0, le=999, description="Higher is placed first.")
+    priority: StrictInt = Field(100, ge=0, le=999, description="Higher is placed first.")
     timeout: PosDuration | None = None
     kill_grace: NonNegDuration = timedelta(seconds=10)
     starting_deadline: PosDuration | None = None
