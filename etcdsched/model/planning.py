@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from etcdsched.model.records import DueEntry, SkipRecord
-from etcdsched.model.triggers import count_slots_between, next_slot, slots_between
+from etcdsched.model.triggers import AfterTrigger, count_slots_between, next_slot, slots_between
 
 LIST_CAP = 10_000
 COUNT_CAP = 10**9
@@ -39,6 +39,10 @@ def plan_fire(entry: DueEntry, now_ms: int) -> FirePlan:
     or slightly after it when firing ahead)."""
     spec = entry.spec
     skips: list[SkipRecord] = []
+    if isinstance(spec.trigger, AfterTrigger):
+        # an event, not an instant: armed late (every scheduler down) it still runs
+        run = PlannedRun(entry.slot_ms, reason=entry.armed_by)
+        return FirePlan([run], [], _advance(entry, entry.slot_ms, 1))
     if now_ms - entry.slot_ms <= spec.misfire.grace.total_seconds() * 1000:
         runs, last = [PlannedRun(entry.slot_ms)], entry.slot_ms
     else:
@@ -54,7 +58,8 @@ def _advance(entry: DueEntry, last_ms: int, fired_now: int) -> DueEntry | None:
     slot = next_slot(trigger, last_ms, entry.anchor_ms)
     if slot is None:
         return None
-    return entry.model_copy(update={"slot_ms": slot, "fired": fired, "last_slot_ms": last_ms})
+    update = {"slot_ms": slot, "fired": fired, "last_slot_ms": last_ms, "armed_by": ""}
+    return entry.model_copy(update=update)
 
 
 def _plan_misfire(entry: DueEntry, now_ms: int) -> tuple[list[PlannedRun], list[SkipRecord], int]:

@@ -180,6 +180,11 @@ class DueEntry(Record):
     spec: JobSpec
     fired: int = Field(0, description="Slots of this job fired so far (for max_runs).")
     last_slot_ms: int | None = Field(None, description="The slot fired just before this one.")
+    armed_by: str = Field(
+        "",
+        description="An 'after' job's entry moved to now: the upstream runs that ended as"
+        " asked (becomes the run's fired note).",
+    )
 
 
 class Attempt(Record):

@@ -230,7 +230,18 @@ class JobSpec(_Strict):
     misfire: MisfirePolicy = MisfirePolicy()
     retry: RetryPolicy = RetryPolicy()
     retention: Retention = Retention()
-    depends_on: list[str] = Field(default_factory=list, max_length=32)
+    depends_on: list[str] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Jobs (same tenant) whose latest run at or before a slot must succeed"
+        " before this job's run for the slot starts (docs/dependencies.md).",
+    )
+    dependency_window: PosDuration = Field(
+        timedelta(days=1), description="How far before a slot an upstream run may be."
+    )
+    dependency_timeout: PosDuration = Field(
+        timedelta(days=1), description="How long after its slot a run waits for its upstreams."
+    )
 
     @field_validator("labels", "selector")
     @classmethod

@@ -59,6 +59,7 @@ from etcdsched.model.durations import format_duration, parse_duration
 
 __all__ = [
     "TRIGGER_ADAPTER",
+    "AfterTrigger",
     "AtTrigger",
     "CronTrigger",
     "DstPolicy",
@@ -254,8 +255,29 @@ class CronTrigger(_TriggerBase):
         return value
 
 
+UPSTREAM_NAME = r"^[A-Za-z0-9][A-Za-z0-9:._-]{0,199}$"
+"""A job's name, or its full ``<tenant>:<name>`` id (``etcdsched.store.keys``)."""
+
+WATCH_SLOT = 0
+"""Where an ``after`` job waits in the due index: it has no instants of its
+own, so its entry sits at the epoch, which the firer never fires; the
+scheduler's after-watch moves it to *now* once its upstream runs have
+ended as asked (docs/dependencies.md)."""
+
+
+class AfterTrigger(_TriggerBase):
+    """Runs once each time every job in ``jobs`` has a new run that ended as
+    ``on`` asks (``success``: succeeded; ``completion``: any end) since the
+    last run of this job (or since it was created)."""
+
+    kind: Literal["after"] = "after"
+    jobs: list[Annotated[str, Field(pattern=UPSTREAM_NAME)]] = Field(min_length=1, max_length=32)
+    on: Literal["success", "completion"] = "success"
+
+
 Trigger = Annotated[
-    NowTrigger | AtTrigger | IntervalTrigger | CronTrigger, Field(discriminator="kind")
+    NowTrigger | AtTrigger | IntervalTrigger | CronTrigger | AfterTrigger,
+    Field(discriminator="kind"),
 ]
 """Any trigger, told apart by its ``kind`` field."""
 
@@ -281,8 +303,36 @@ def next_slot(trigger: Trigger, after_ms: int, anchor_ms: int) -> int | None:
 
     ``None`` means there is no further slot: a one-shot already past, the
     ``end_at`` bound passed, or a cron expression that never matches again.
+    An ``after`` trigger has no instants: its next "slot" is
+    :data:`WATCH_SLOT` (waiting for its upstream runs) until ``end_at``.
     """
+    if isinstance(trigger, AfterTrigger):
+        end = trigger.end_at_ms
+        return WATCH_SLOT if end is None or after_ms < end else None
     return next(_bounded(trigger, after_ms, None, anchor_ms), None)
+
+
+def latest_slot_at_or_before(
+    trigger: Trigger, at_ms: int, anchor_ms: int, window_ms: int
+) -> int | None:
+    """The last slot of ``trigger`` in ``[at_ms - window_ms, at_ms]``, or None.
+
+    Slots are only listed forwards, so the window is searched from its end
+    in widening steps: a schedule with slots every second is answered from
+    the last two seconds, a daily one from the last day, and no step lists
+    more than about 60 times the slots of the step before."""
+    if isinstance(trigger, AfterTrigger):
+        return None
+    floor = at_ms - window_ms
+    step = 2_000
+    while True:
+        since = max(floor, at_ms - step)
+        slots = slots_between(trigger, since - 1, at_ms, anchor_ms, 100_000)
+        if slots:
+            return slots[-1]
+        if since <= floor:
+            return None
+        step *= 60
 
 
 def slots_between(
@@ -342,6 +392,8 @@ def describe(trigger: Trigger) -> str:
         text = f"every {format_duration(trigger.every)}"
         if trigger.start is not None:
             text += f" from {_show(trigger.start)}"
+    elif isinstance(trigger, AfterTrigger):
+        text = f"after {', '.join(trigger.jobs)} (on {trigger.on})"
     else:
         text = f"cron {trigger.expr!r} in {trigger.tz}"
     bounds = [] if trigger.start_at is None else [f"not before {_show(trigger.start_at)}"]
@@ -385,6 +437,8 @@ def _unbounded(trigger: Trigger, after_ms: int, anchor_ms: int) -> Iterator[int]
     if isinstance(trigger, IntervalTrigger):
         first = _first_interval_slot(trigger, after_ms, anchor_ms)
         return (first + k * trigger.every_ms for k in count())
+    if isinstance(trigger, AfterTrigger):
+        return iter([])  # no instants: its runs come when its upstreams end
     zone = load_zone(trigger.tz)
     return cron_instants(trigger.expr, zone, trigger.dst.gap, trigger.dst.fold, lower)
 

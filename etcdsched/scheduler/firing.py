@@ -24,6 +24,7 @@ from etcdsched.model.codec import encode
 from etcdsched.model.errors import OutcomeUnknown, StoreRejected
 from etcdsched.model.planning import PlannedRun, plan_fire
 from etcdsched.model.records import ActivePointer, DueEntry, RunRecord, SkipRecord
+from etcdsched.model.triggers import WATCH_SLOT
 from etcdsched.runtime.clock import Clock
 from etcdsched.runtime.metrics import FIRES
 from etcdsched.scheduler.assign_requests import ASSIGNED, FULL, GONE
@@ -82,6 +83,9 @@ class PartitionFirer(ConflictResolution):
         self.brake = brake or NoBrake()
         self.store = store
         self.keys = keys
+        self.watch_end = keys.due_until(partition, WATCH_SLOT)
+        """Due keys below this are ``after`` jobs waiting for their upstream
+        runs (``etcdsched.scheduler.after_watch``): never fired as they are."""
         self.clock = clock
         self.ownership = ownership
         self.active = active
@@ -128,8 +132,9 @@ class PartitionFirer(ConflictResolution):
         lead_ms = self._lead()
         if earliest is None or earliest > now_ms + lead_ms - self.granule_ms:
             return []
-        limit = self.keys.due_until(self.partition, now_ms + lead_ms)
-        ready = sorted((kv for k, kv in self.due.items.items() if k < limit), key=lambda kv: kv.key)
+        limit, watch_end = self.keys.due_until(self.partition, now_ms + lead_ms), self.watch_end
+        items = self.due.items.items()
+        ready = sorted((kv for k, kv in items if watch_end <= k < limit), key=lambda kv: kv.key)
         if len(ready) <= self.batch:
             return ready  # all of it goes in this pass: the order does not matter
         self.order.prune(self.due.items)
@@ -142,15 +147,20 @@ class PartitionFirer(ConflictResolution):
         second = now_ms // 1000
         if self._profile[0] != second:
             start = len(self.keys.due_prefix(self.partition))
-            slots = (int(key[start : start + SLOT_WIDTH]) for key in self.due.items)
+            keys = (key for key in self.due.items if key >= self.watch_end)
+            slots = (int(key[start : start + SLOT_WIDTH]) for key in keys)
             # a second stale by the time it is read: count each slot a second nearer
             self._profile = (second, Counter((slot - now_ms) // 1000 - 1 for slot in slots))
         return self._profile[1]
 
     def earliest_ms(self) -> int | None:
-        if not self.due.items:
-            return None
-        return self.keys.parse_due(min(self.due.items)).slot_ms
+        """The earliest slot to fire (``after`` jobs' watch entries aside)."""
+        earliest = min((k for k in self.due.items if k >= self.watch_end), default=None)
+        return None if earliest is None else self.keys.parse_due(earliest).slot_ms
+
+    def watch_entries(self) -> list[KV]:
+        """The ``after`` jobs of the partition waiting for upstream runs."""
+        return [kv for key, kv in self.due.items.items() if key < self.watch_end]
 
     async def fire_due(self, now_ms: int) -> bool:
         """Fire the ready entries; False when the brake stopped it first.

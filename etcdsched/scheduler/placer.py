@@ -24,9 +24,10 @@ from etcdsched.model.states import RunState
 from etcdsched.runtime.clock import Clock
 from etcdsched.runtime.metrics import QUEUE_DEPTH
 from etcdsched.scheduler.assigner import ASSIGNED, Assigner, AssignRequest
+from etcdsched.scheduler.dependency_gate import DependencyGate
 from etcdsched.scheduler.ownership import Ownership
 from etcdsched.store.cache import PrefixCache
-from etcdsched.store.keys import Keys, run_seq
+from etcdsched.store.keys import Keys
 from etcdsched.store.kv import KV, Cmp, Event, Ops, Store, Versioned
 from etcdsched.store.runs import RunOps, starting_deadline_ms
 
@@ -59,6 +60,7 @@ class PartitionPlacer:
         self.active = active
         self.assigner = assigner
         self.runs = RunOps(keys)
+        self.dependencies = DependencyGate(store, keys)
         self.queue = PrefixCache(
             store,
             clock,
@@ -226,12 +228,14 @@ class PartitionPlacer:
             return None
         if run.spec.overlap == "queue_one" and self._job_executing(run):
             return None
-        dependency = await self._dependencies(run)
-        if dependency == "failed":
-            await self._end_waiting(current, RunState.SKIPPED, "an upstream run failed", now_ms)
-            return None
-        if dependency == "waiting":
-            return None
+        if run.spec.depends_on:
+            verdict = await self.dependencies.verdict(run, now_ms)
+            if verdict.kind == "skip":
+                await self._end_waiting(current, RunState.SKIPPED, verdict.why, now_ms)
+                return None
+            if verdict.kind == "wait":
+                await self._note(current, verdict.why, now_ms)
+                return None
         spec = run.spec
         worker = choose_worker(
             spec.resources, spec.selector, run.tenant, list(views.values()), self._last_worker(run)
@@ -287,18 +291,6 @@ class PartitionPlacer:
                 return True
         return False
 
-    async def _dependencies(self, run: RunRecord) -> str:
-        """``ok``, ``waiting`` or ``failed``: upstream runs of the same slot."""
-        for upstream in run.spec.depends_on:
-            kv = await self.store.get(f"{self.keys.runs_prefix(upstream)}{run_seq(run.slot_ms)}")
-            if kv is None:
-                return "waiting"
-            state = kv.decode(RunRecord).value.state
-            if state is RunState.SUCCEEDED:
-                continue
-            return "failed" if state.terminal else "waiting"
-        return "ok"
-
     @staticmethod
     def _last_worker(run: RunRecord) -> str | None:
         return run.attempts[-1].worker if run.attempts else None
@@ -321,8 +313,14 @@ class PartitionPlacer:
         gets no write: in a burst that would be one write per queued run."""
         run = current.value
         why = never_fits(run.spec.resources, run.spec.selector, run.tenant, list(views.values()))
-        reason = f"waiting: {why}"
-        if not why or run.reason == reason:
+        if why:
+            await self._note(current, f"waiting: {why}", now_ms)
+
+    async def _note(self, current: Versioned[RunRecord], reason: str, now_ms: int) -> None:
+        """Say why a run waits (``run get`` shows it); written only when it
+        changes. Compares: owner token, run unchanged."""
+        run = current.value
+        if run.reason == reason:
             return
         noted = run.model_copy(update={"reason": reason, "updated_ms": now_ms})
         await self.store.txn(

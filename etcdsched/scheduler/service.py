@@ -26,6 +26,7 @@ from etcdsched.model.errors import EtcdschedError, OwnershipLost, StoreUnavailab
 from etcdsched.model.records import ClusterMeta, OwnerRecord, SchedulerMember
 from etcdsched.runtime.clock import Clock
 from etcdsched.runtime.metrics import PARTITIONS_OWNED
+from etcdsched.scheduler.after_watch import AfterWatch
 from etcdsched.scheduler.assigner import Assigner
 from etcdsched.scheduler.capacity import CapacityIndex
 from etcdsched.scheduler.direct_fire import DirectPlacement
@@ -85,6 +86,7 @@ class PartitionTasks:
     placer: PartitionPlacer
     recovery: PartitionRecovery
     active: PrefixCache
+    after: AfterWatch
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
 
@@ -315,7 +317,8 @@ class SchedulerService:
         recovery = PartitionRecovery(
             partition, self.store, self.keys, self.ownership, active, self.workers
         )
-        tasks = PartitionTasks(firer, placer, recovery, active)
+        after = AfterWatch(firer, self.store, self.keys, self.clock, self.ownership)
+        tasks = PartitionTasks(firer, placer, recovery, active, after)
         tasks.tasks = [
             asyncio.create_task(active.run(), name=f"active-{partition}"),
             asyncio.create_task(placer.queue.run(), name=f"queue-{partition}"),
@@ -338,8 +341,9 @@ class SchedulerService:
 
     async def _tend_loop(self, tasks: PartitionTasks) -> None:
         """Everything a partition needs besides firing and placement: cancel
-        what a ``cancel_previous`` firing superseded, recover the runs of
-        vanished or hung workers, sweep old runs."""
+        what a ``cancel_previous`` firing superseded, arm ``after`` jobs
+        whose upstream runs ended, recover the runs of vanished or hung
+        workers, sweep old runs."""
         await tasks.active.ready.wait()
         await self.workers.ready.wait()
         next_reconcile = 0.0
@@ -348,6 +352,7 @@ class SchedulerService:
             now = self.clock.now_ms()
             seen = versions(tasks.placer.queue, self.workers)
             await self._cancel_previous(tasks.firer, now)
+            await tasks.after.check()
             # a worker that left may have held runs: recover them now, not up
             # to reconcile_every later (its claims went with its lease)
             workers = set(self.workers.items)

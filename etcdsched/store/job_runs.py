@@ -8,7 +8,7 @@ from abc import ABC, abstractmethod
 
 from etcdsched.model.errors import Conflict, InvalidInput
 from etcdsched.model.records import JobRecord, RunRecord
-from etcdsched.model.triggers import slots_between
+from etcdsched.model.triggers import AfterTrigger, slots_between
 from etcdsched.runtime.clock import Clock
 from etcdsched.store.keys import Keys, partition_of
 from etcdsched.store.kv import Cmp, Store
@@ -78,6 +78,10 @@ class ManualRuns(ABC):
         if end_ms < start_ms:
             raise InvalidInput("end must not be before start", field="end")
         job = await self.get(job_id)
+        if isinstance(job.spec.trigger, AfterTrigger):
+            raise InvalidInput(
+                "an after job has no slots of its own to backfill; trigger it", field="job_id"
+            )
         slots = slots_between(job.spec.trigger, start_ms - 1, end_ms, job.anchor_ms, limit + 1)
         if len(slots) > limit:
             raise InvalidInput(f"more than {limit} slots in range", field="end")
