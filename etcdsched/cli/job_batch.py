@@ -1,6 +1,6 @@
-"""``etcdsched job create -f FILE`` when the file holds many jobs: reading
-them, sending them through ``POST /v1/jobs:batch`` in chunks, and telling
-what became of each.
+"""``etcdsched job create -f FILE`` when the file holds many jobs (read by
+``yaml_io.read_documents``): sending them through ``POST /v1/jobs:batch``
+in chunks, and telling what became of each.
 
 A file holds many jobs when it is a list, a mapping with ``items``, or a
 YAML stream of several documents; each job is what a one-job file holds
@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 import click
-import yaml
 
 from etcdsched.api.schemas import MAX_BATCH, ErrorDetail, JobBatchResult
 from etcdsched.cli import support as out
@@ -28,22 +27,6 @@ from etcdsched.client import Client
 MAX_CHUNK_BYTES = 512 * 1024
 """JSON bytes of one request's items: half the API's default body limit
 (``max_body_bytes``, 1 MiB), which refuses a larger request whole."""
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-"""libyaml's loader when PyYAML has it: ten times faster on big files."""
-
-
-def read_documents(text: str) -> list[Any]:
-    """The documents of a job file: one JSON value, or each document of a
-    YAML stream (empty ones dropped)."""
-    if text.lstrip().startswith(("[", "{")):
-        try:
-            return [json.loads(text)]
-        except ValueError:
-            pass  # YAML flow style, say: YAML reads it below
-    try:
-        return [doc for doc in yaml.load_all(text, Loader=_YAML_LOADER) if doc is not None]
-    except yaml.YAMLError as exc:
-        raise click.BadParameter(f"not YAML or JSON: {exc}", param_hint="--file") from None
 
 
 def many_jobs(documents: list[Any]) -> list[Any] | None:

@@ -17,9 +17,11 @@ import aiohttp
 import click
 
 from etcdsched.bench.command import bench
-from etcdsched.cli import job_batch
+from etcdsched.cli import job_batch, run_view, yaml_io
 from etcdsched.cli import support as out
 from etcdsched.cli.context import Cli, pass_cli
+from etcdsched.cli.job_edit import job_edit
+from etcdsched.cli.job_set import job_set
 from etcdsched.cli.processes import agent, up
 from etcdsched.cli.tokens import token
 from etcdsched.client import Client
@@ -117,7 +119,7 @@ def job_create(cli: Cli, /, file: TextIO | None, job_id: str | None, **flags: An
     A file of many jobs creates them all, up to 1000 per request, with the
     flags applied to each: it prints a summary and every failed item, and
     exits 1 if any failed."""
-    documents = job_batch.read_documents(file.read()) if file else []
+    documents = yaml_io.read_documents(file.read(), yaml_io.name_of(file)) if file else []
     flags["trigger"] = out.trigger_from_flags(
         flags.pop("cron"), flags.pop("tz"), flags.pop("every"), flags.pop("at"), flags.pop("now")
     )
@@ -280,7 +282,7 @@ def run_get(cli: Cli, run_id: str) -> None:
     """Show a run, its attempts, and why it waits."""
     view = cli.call(lambda c: c.get_run(run_id))
     reason = view.explain.pending_reason if view.explain else None
-    out.emit(cli.output, view, out.run_fields(view, reason))
+    out.emit(cli.output, view, run_view.run_fields(view, reason))
 
 
 @run.command("cancel")
@@ -330,7 +332,7 @@ def run_wait(cli: Cli, run_id: str, timeout: float) -> None:
     from etcdsched.cli.wait import wait_for_run
 
     view = cli.call(lambda c: wait_for_run(c, run_id, timeout))
-    out.emit(cli.output, view, out.run_fields(view, None))
+    out.emit(cli.output, view, run_view.run_fields(view, None))
     if str(view.state) != "succeeded":
         raise SystemExit(1)
 
@@ -403,7 +405,9 @@ def tenant_set(
     out.emit(cli.output, view, out.fields(list(view.limits.model_dump().items())))
 
 
-# -- processes (``etcdsched.cli.processes``) and the benchmark ------------------
+# -- commands of their own modules, processes, the benchmark ---------------------
+job.add_command(job_edit)
+job.add_command(job_set)
 main.add_command(up)
 main.add_command(token)
 main.add_command(agent)

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from etcdsched.client import DEFAULT_URL
 from etcdsched.model.cronwall import ms_to_utc
 from etcdsched.model.records import JobRecord, RunRecord, SkipRecord
-from etcdsched.model.triggers import AtTrigger, describe, next_slot
+from etcdsched.model.triggers import WATCH_SLOT, AfterTrigger, AtTrigger, describe, next_slot
 
 LOCAL_TOKEN = Path(".etcdsched") / "admin.token"
 
@@ -139,6 +139,15 @@ def when(ms: int | None) -> str:
     return ms_to_utc(ms).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
+def when_ms(ms: int | None) -> str:
+    """RFC 3339 UTC to the millisecond, ``2026-12-07T04:38:17.123Z``: what
+    tells apart the events of one run (an attempt lost, the next started),
+    which are often within the same second."""
+    if ms is None:
+        return "-"
+    return ms_to_utc(ms).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
     """Plain aligned columns."""
     cells = [list(headers), *([str(c) for c in row] for row in rows)]
@@ -188,15 +197,18 @@ def job_fields(job: JobRecord, next_slot_ms: int | None = None, *, created: bool
             ("trigger", describe(job.spec.trigger)),
             ("runs", what),
             *first,
-            ("next slot", when(next_slot_ms)),
+            ("next slot", when(None if next_slot_ms == WATCH_SLOT else next_slot_ms)),
             ("created", when(job.created_ms)),
         ]
     )
 
 
 def first_slot_ms(job: JobRecord) -> int | None:
-    """The slot a new job was scheduled for when it was created."""
+    """The slot a new job was scheduled for when it was created (none for
+    an ``after`` job: its runs come when its upstream jobs end)."""
     trigger = job.spec.trigger
+    if isinstance(trigger, AfterTrigger):
+        return None
     if isinstance(trigger, AtTrigger):
         return trigger.at_ms
     return next_slot(trigger, job.created_ms - 1, job.anchor_ms)
@@ -214,34 +226,6 @@ def _last_worker(run: RunRecord) -> str:
     none of its own any more)."""
     last = run.worker or (run.current.worker if run.current is not None else None)
     return last or "-"
-
-
-def run_fields(run: RunRecord, pending_reason: str | None = None) -> str:
-    head = fields(
-        [
-            ("run", run.id),
-            ("job", run.job_id),
-            ("state", run.state + (" (cancel requested)" if run.cancel_requested else "")),
-            ("kind", run.kind),
-            ("slot", when(run.slot_ms)),
-            ("attempt", run.attempt),
-            ("fired", run.fired_note or "-"),
-            ("reason", run.reason or "-"),
-            ("waiting", pending_reason or "-"),
-        ]
-    )
-    if not run.attempts:
-        return head
-    rows = (
-        (a.number, a.worker, a.state, when(a.started_ms), when(a.ended_ms), _or_dash(a.exit_code))
-        for a in run.attempts
-    )
-    attempts = table(("#", "WORKER", "STATE", "STARTED", "ENDED", "EXIT"), rows)
-    return f"{head}\n\n{attempts}"
-
-
-def _or_dash(value: object) -> object:
-    return "-" if value is None else value
 
 
 def skip_rows(skips: Iterable[SkipRecord]) -> str:

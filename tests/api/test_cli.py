@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 
 from click.testing import CliRunner, Result
 
 from etcdsched.cli.main import main
-from etcdsched.cli.support import first_slot_ms, when
+from etcdsched.cli.support import first_slot_ms, when, when_ms
 from etcdsched.model.states import RunState
 from tests.api.conftest import Api
 
@@ -175,3 +176,17 @@ async def test_output_option_works_anywhere_before_the_command(api: Api) -> None
     for args in (("job", "get", "oj", "-o", "json"), ("job", "get", "oj", "--output=json")):
         shown = await cli(api, *args)
         assert shown.exit_code == 0 and json.loads(shown.output)["id"] == "default:oj"
+
+
+async def test_run_get_shows_times_to_the_millisecond_and_json_as_is(api: Api) -> None:
+    made = await cli(api, "job", "create", "--id", "rg", "--every", "1h", "--", "true")
+    assert made.exit_code == 0, made.output
+    run_id = (await cli(api, "job", "trigger", "rg")).output.strip()
+    run = (await api.services.jobs.runs.load(api.services.store, run_id)).value
+    shown = await cli(api, "run", "get", run_id)
+    assert shown.exit_code == 0, shown.output
+    assert f"slot:    {when_ms(run.slot_ms)}" in shown.output
+    assert re.search(r"\.\d{3}Z", when_ms(run.slot_ms))
+    assert "waiting: no live worker" in shown.output
+    raw = json.loads((await cli(api, "-o", "json", "run", "get", run_id)).output)
+    assert raw["slot_ms"] == run.slot_ms and raw["attempts"] == []
