@@ -2,8 +2,8 @@
 
 install:
 	test -x .venv/bin/python || python3 -m venv .venv
-	.venv/bin/python -m pip install --quiet --upgrade pip
-	.venv/bin/python -m pip install --quiet -e '.[test]'
+	.venv/bin/python -m pip install --upgrade pip
+	.venv/bin/python -m pip install -e '.[test]'
 
 test:
 	bash scripts/test.sh
