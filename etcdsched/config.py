@@ -88,6 +88,11 @@ class Config(BaseSettings):
     worker_memory_mb: int = Field(0, ge=0)
     worker_gpu: int = Field(0, ge=0)
     worker_labels: dict[str, str] = Field(default_factory=dict)
+    worker_reserved: bool = Field(
+        False,
+        description="Reserve this worker for its labels: it takes only runs whose selector"
+        " its labels match, never a run without a selector.",
+    )
     worker_tenants: list[str] | None = Field(
         None,
         description='Tenants whose runs this worker takes (JSON list; ["*"]: all). Required'

@@ -1,9 +1,15 @@
 """Pure placement: which live worker gets a run.
 
 A worker fits when it is not draining, serves the run's tenant, has every label the run's selector
-asks for, and has free slots, cpu, memory and gpu for the run. Among those
-that fit, prefer a worker other than the one the last attempt ran on (a
-retry should move), then the one with the most free slots.
+asks for, is not reserved for others (a *reserved* worker takes only runs
+whose non-empty selector its labels match), and has free slots, cpu, memory
+and gpu for the run. Among those that fit, prefer a worker other than the
+one the last attempt ran on (a retry should move), then the one with the
+most free slots.
+
+Every path that puts a run on a worker (placement from the queue, firing
+straight onto a worker) chooses through :func:`choose_worker`, so a rule
+added here holds for all of them.
 """
 
 from __future__ import annotations
@@ -129,13 +135,36 @@ def never_fits(
     labelled = [w for w in serving if _labels_match(selector, w.member.labels)]
     if not labelled:
         return f"no worker that serves tenant {tenant} has labels {selector}"
-    if not any(fits(need, w.member.capacity, w.member.capacity) for w in labelled):
+    open_to_it = [w for w in labelled if takes_selector(w.member, selector)]
+    if not open_to_it:
+        return _only_reserved(tenant, labelled)
+    if not any(fits(need, w.member.capacity, w.member.capacity) for w in open_to_it):
         return f"no worker has capacity for {need.model_dump()}"
     return ""
 
 
+def _only_reserved(tenant: str, reserved: list[WorkerView]) -> str:
+    """Why a run without a selector waits when every worker that serves its
+    tenant is reserved: say what they are reserved for, so the fix (a
+    selector, or an open worker) is plain."""
+    labels = sorted({f"{k}={v}" for w in reserved for k, v in w.member.labels.items()})
+    shown = ", ".join(labels[:8]) + (", ..." if len(labels) > 8 else "")
+    return (
+        f"every live worker that serves tenant {tenant} is reserved for runs whose selector"
+        f" matches its labels ({shown or 'none'}); this run has no selector"
+    )
+
+
 def _labels_match(selector: dict[str, str], labels: dict[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in selector.items())
+
+
+def takes_selector(member: WorkerMember, selector: dict[str, str]) -> bool:
+    """Whether the worker's reservation lets a run with ``selector`` on it
+    (its labels are matched separately): an open worker takes any run, a
+    reserved one only a run that selects workers (a run without a selector
+    matches every worker's labels, so it must be turned away here)."""
+    return bool(selector) or not member.reserved
 
 
 def serves(tenants: list[str], tenant: str) -> bool:
@@ -151,12 +180,15 @@ def choose_worker(
     workers: list[WorkerView],
     avoid: str | None,
 ) -> WorkerView | None:
+    """The worker to place a run on now, or None (it waits). Every rule of
+    the module docstring is applied here, in one place, for every caller."""
     candidates = [
         w
         for w in workers
         if not w.member.draining
         and serves(w.member.tenants, tenant)
         and _labels_match(selector, w.member.labels)
+        and takes_selector(w.member, selector)
         and fits(need, w.free(), w.member.capacity)
     ]
     if not candidates:

@@ -19,8 +19,9 @@ from pydantic import (
     ValidatorFunctionWrapHandler,
     WrapSerializer,
     WrapValidator,
+    model_serializer,
 )
-from pydantic.json_schema import JsonSchemaValue
+from pydantic.json_schema import JsonSchemaValue, SkipJsonSchema
 from pydantic_core import CoreSchema
 
 from etcdsched.model.codec import STORED
@@ -162,6 +163,23 @@ class JobRecord(Record):
     updated_ms: int
     anchor_ms: int = Field(description="Instant interval and 'now' triggers count from.")
     paused_ms: int | None = None
+    idempotency_record: SkipJsonSchema[str | None] = None
+    """The etcd key of the idempotency record its create wrote (``idem/...``),
+    so deleting the job drops the record with it and a replay of the key then
+    makes a new job. None: created without a key, or before records said.
+    Storage only: API responses and the schema leave it out."""
+
+    @model_serializer(mode="wrap")
+    def _storage_fields_stay_stored(  # type: ignore[no-untyped-def]
+        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
+    ):
+        """``idempotency_record`` is written to etcd but never shown: it names
+        a storage key. (No return annotation: pydantic would document the
+        annotated type instead of the job's fields.)"""
+        data = handler(self)
+        if info.context is not STORED:
+            data.pop("idempotency_record", None)
+        return data
 
 
 class DueEntry(Record):
@@ -263,6 +281,10 @@ class WorkerMember(Record):
     pid: int = 0
     started_ms: int
     draining: bool = False
+    reserved: bool = False
+    """Reserved for its labels: it takes only runs whose (non-empty)
+    selector its labels match, never a run without a selector
+    (``etcdsched.model.placement``)."""
 
 
 class SchedulerMember(Record):

@@ -1,8 +1,9 @@
 """Recovery for one owned partition.
 
 Recovery walks the partition's active pointers (never the run history): an
-attempt on a worker whose lease expired is ``lost`` (compare: its claim is
-absent, so a live worker's claim always wins), or, if it never started,
+attempt on a worker whose lease expired is ``lost``, its reason saying it was
+*fenced* (the worker killed it itself; compare: its claim is absent, so a
+live worker's claim always wins), or, if it never started,
 handed back to the queue without using an attempt; and a running attempt past
 timeout + grace whose worker still holds the claim is hung: the claim is
 deleted (the worker kills the process) and the attempt is ``timed_out``.
@@ -26,6 +27,15 @@ from etcdsched.store.kv import Cmp, Ops, Store, Versioned
 from etcdsched.store.runs import RunOps
 
 log = logging.getLogger(__name__)
+
+
+def fenced_reason(worker: str) -> str:
+    """The verdict on a ``running`` attempt whose worker's lease expired.
+    A worker that cannot prove its lease kills its own jobs before the lease
+    can expire on the server (its watchdog, docs/design.md "The watchdog"),
+    so the attempt did not merely lose contact: it was fenced, and the reason
+    says so. It is ``lost`` all the same, and retried like any lost attempt."""
+    return f"fenced: the worker could not prove its lease (worker {worker}'s lease expired)"
 
 
 class PartitionRecovery:
@@ -89,7 +99,7 @@ class PartitionRecovery:
                 run,
                 "lost",
                 now_ms,
-                reason=f"worker {worker} vanished (lease expired)",
+                reason=fenced_reason(worker),
                 next_slot_ms=await self.runs.next_slot(self.store, run),
             )
             ops = self.runs.finish_ops(back, worker, self.partition)

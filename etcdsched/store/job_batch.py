@@ -15,7 +15,9 @@ way ``etcdsched.store.coalesce`` packs concurrent transactions:
   each member is sent again alone and gets its own verdict (an existing
   id is a conflict for that job only). When its outcome is unknown, each
   member's is, and each is resolved by re-reading, as a create alone is:
-  never reported as made or refused before it is known to be.
+  never reported as made or refused before it is known to be. Refused
+  because the idempotency lease is gone, each member is sent alone too,
+  and gets a new lease (``JobCreator.commit_creation``).
 
 Two members of one pack never write the same key (etcd refuses a
 transaction that does): a job id twice in one batch is a conflict for the
@@ -84,7 +86,9 @@ async def create_many(
     transactions; one outcome per request, in order."""
     outcomes: dict[int, CreateOutcome] = {}
     later: list[tuple[int, str]] = []
-    packable = _packable(creator, requests, outcomes, later)
+    keyed = any(request.idempotency_key for request in requests)
+    lease = await creator.idempotency_lease() if keyed else 0  # one for the whole batch
+    packable = _packable(creator, requests, outcomes, later, lease)
     await _commit_packs(creator, packs(packable), outcomes)
     for index, job_id in later:
         outcomes[index] = await _alone(creator, job_id, requests[index])
@@ -96,11 +100,12 @@ def _packable(
     requests: Sequence[CreateRequest],
     outcomes: dict[int, CreateOutcome],
     later: list[tuple[int, str]],
+    lease: int,
 ) -> Iterator[Numbered]:
     """The creations that may share a transaction, built as they are taken
     (so the first pack is sent while the rest are built). An item refused
     before any write gets its outcome now; one that must go alone goes to
-    ``later``."""
+    ``later``. Idempotency records go under ``lease``."""
     ids: set[str] = set()
     idem_keys: set[str] = set()
     for index, request in enumerate(requests):
@@ -109,7 +114,8 @@ def _packable(
             if request.spec.depends_on:
                 later.append((index, job_id))
                 continue
-            creation = creator.creation_of(job_id, request.spec, request.idempotency_key)
+            key = request.idempotency_key
+            creation = creator.creation_of(job_id, request.spec, key, lease if key else 0)
         except EtcdschedError as exc:
             outcomes[index] = CreateOutcome(error=exc)
             continue

@@ -28,7 +28,7 @@ from etcdsched.model.spec import JobSpec
 from etcdsched.model.triggers import count_slots_between, next_slot, slots_between, why_no_slot
 from etcdsched.runtime.clock import Clock
 from etcdsched.store.dependencies import checked_dependencies
-from etcdsched.store.job_create import JobCreator
+from etcdsched.store.job_create import JobCreator, SharedLease
 from etcdsched.store.job_runs import ManualRuns, origin_of
 from etcdsched.store.keys import Keys
 from etcdsched.store.kv import KV, Cmp, Compare, Op, Ops, Store, Versioned
@@ -78,6 +78,7 @@ class JobService(ManualRuns, JobCreator):
         self.clock = clock
         self.partitions = partitions
         self.runs = RunOps(keys)
+        self.idem_lease = SharedLease()
 
     # -- reading -----------------------------------------------------------
     async def load(self, job_id: str) -> JobState:
@@ -175,10 +176,20 @@ class JobService(ManualRuns, JobCreator):
 
     # -- changing ----------------------------------------------------------
     async def replace(self, job_id: str, spec: JobSpec, if_version: int | None = None) -> JobRecord:
-        """New spec for future slots; active runs keep their snapshot."""
-        return await self._retry_due_moved(
+        """New spec for future slots; active runs keep their snapshot. When
+        what runs or when changes (trigger or execution), runs already fired
+        under the old spec (a lead ahead) for slots after the change are
+        withdrawn before they start; a run already going ends normally."""
+        old = (await self.load(job_id)).job.value
+        job = await self._retry_due_moved(
             job_id, lambda: self._replace_once(job_id, spec, if_version)
         )
+        changed = (old.spec.trigger, old.spec.execution) != (job.spec.trigger, job.spec.execution)
+        if changed or job.version > old.version + 1:  # or another replace came in between
+            await self._withdraw(
+                job_id, "withdrawn: job changed before its slot", job.updated_ms, job.version
+            )
+        return job
 
     async def _replace_once(self, job_id: str, spec: JobSpec, if_version: int | None) -> JobRecord:
         state = await self.load(job_id)
@@ -233,25 +244,40 @@ class JobService(ManualRuns, JobCreator):
         withdrawn: cancelled before they start."""
         paused = await self._retry_due_moved(job_id, lambda: self._pause_once(job_id))
         if paused.paused_ms is not None:
-            await self._withdraw_after(job_id, paused.paused_ms, "job paused")
+            reason = "withdrawn: job paused before its slot"
+            await self._withdraw(job_id, reason, paused.paused_ms)
         return paused
 
-    async def _withdraw_after(self, job_id: str, after_ms: int, why: str) -> None:
-        """Cancel the job's scheduled runs for slots after ``after_ms`` that
-        have not started (pending, assigned, or marked running before their
-        gate, whose start is still ahead); a run already going is left be."""
+    async def _withdraw(
+        self,
+        job_id: str,
+        reason: str,
+        after_ms: int | None = None,
+        below_version: int | None = None,
+    ) -> None:
+        """Cancel the job's scheduled runs that have not started (pending,
+        assigned, or marked running before their gate, whose start is still
+        ahead), for slots after ``after_ms`` (None: every slot) and fired from
+        a job version below ``below_version`` (None: any; a replace must not
+        withdraw what its own new spec fired meanwhile). A run already going
+        is left be. Each cancel is ``cancel_run``'s transaction: the run is
+        unchanged since read (and, executing, its assignment still exists)."""
         for rid in await self.active_run_ids(job_id):
             try:
                 run = (await self.runs.load(self.store, rid)).value
             except NotFound:
                 continue
-            started = run.current.started_ms if run.current is not None else None
-            if run.slot_ms <= after_ms or run.kind != "scheduled":
+            if run.kind != "scheduled" or (after_ms is not None and run.slot_ms <= after_ms):
                 continue
+            if below_version is not None and run.job_version >= below_version:
+                continue
+            started = run.current.started_ms if run.current is not None else None
             if started is not None and started <= self.clock.now_ms():
                 continue
-            reason = f"withdrawn: {why} before its slot"
-            await cancel_run(self.store, self.keys, rid, self.clock.now_ms(), reason)
+            try:
+                await cancel_run(self.store, self.keys, rid, self.clock.now_ms(), reason)
+            except (NotFound, Conflict):
+                continue  # retention took it, or it keeps changing: it is no longer ours to stop
 
     async def _pause_once(self, job_id: str) -> JobRecord:
         state = await self.load(job_id)
@@ -321,20 +347,34 @@ class JobService(ManualRuns, JobCreator):
         return ops
 
     async def delete(self, job_id: str) -> list[str]:
-        """Remove the job and its due entry; history stays until retention.
-        Returns the ids of its active runs (the caller may cancel them)."""
+        """Remove the job, its due entry and its idempotency record; history
+        stays until retention. Runs fired ahead that have not started are
+        withdrawn; runs already going are left be. Returns the ids of its
+        active runs (the caller may cancel them)."""
         await self._retry_due_moved(job_id, lambda: self._delete_once(job_id))
+        await self._withdraw(job_id, "withdrawn: job deleted")
         return await self.active_run_ids(job_id)
 
     async def _delete_once(self, job_id: str) -> None:
-        """Compares: the job and its due entry are as read."""
+        """Compares: the job and its due entry are as read, and its
+        idempotency record, if it still names this job, still does (one that
+        expired and was reused names another job, and is left alone)."""
         state = await self.load(job_id)
         compares, ops = self._unschedule_ops(state)
         compares.append(Cmp.mod(state.job.key, state.job.mod_revision))
         ops += [Ops.delete(state.job.key), Ops.delete(self.keys.due_pointer(job_id))]
+        record = state.job.value.idempotency_record
+        if record is not None and await self._names(record, job_id):
+            compares.append(Cmp.value(record, job_id.encode()))
+            ops.append(Ops.delete(record))
         result = await self.store.txn(compares, ops, [Ops.get(state.job.key)])
         if not result.succeeded:
             raise self._failure(state, result.responses)
+
+    async def _names(self, record: str, job_id: str) -> bool:
+        """Whether the idempotency record ``record`` still names ``job_id``."""
+        kv = await self.store.get(record)
+        return kv is not None and kv.value == job_id.encode()
 
     async def record_kv(self, kv: KV) -> JobRecord:
         return kv.decode(JobRecord).value

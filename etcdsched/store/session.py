@@ -31,6 +31,7 @@ from typing import Protocol
 
 from etcdsched.model.errors import EtcdschedError, OwnershipLost, StoreRejected
 from etcdsched.runtime.clock import Clock
+from etcdsched.runtime.ratelimited_log import RateLimitedLog
 from etcdsched.store.kv import Store
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,9 @@ class Session:
         self._task: asyncio.Task[None] | None = None
         self._thread: _RenewalThread | None = None
         self._closed = False
+        self.warnings = RateLimitedLog(log, clock.monotonic)
+        """Renewal failures repeat every quarter second while etcd is away:
+        the first is logged, the rest counted into a line every 30 s."""
 
     @classmethod
     async def open(
@@ -149,9 +153,11 @@ class Session:
             try:
                 remaining = await store.keepalive_once(self.lease_id, timeout)
             except EtcdschedError as exc:
-                log.warning("session %x: renewal failed: %s", self.lease_id, exc)
+                why = f"renewal failed: {type(exc).__name__}"
+                self.warnings.log(why, "session %x: renewal failed: %s", self.lease_id, exc)
                 next_renewal = self._clock.monotonic() + min(0.25, interval)
                 continue
+            self.warnings.flush()
             if remaining <= 0:
                 self._declare_lost("lease expired on the server")
                 return
@@ -163,6 +169,7 @@ class Session:
         if self._lost_flag:
             return
         self._lost_flag = True
+        self.warnings.flush()  # the failures that led here are counted before the verdict
         log.warning("session %x lost: %s", self.lease_id, why)
         if threading.get_ident() == self._loop_thread:
             self._run_lost_callbacks()
@@ -250,7 +257,10 @@ class _RenewalThread:
                 return await self._connect()
             except EtcdschedError as exc:
                 lease = self._session.lease_id
-                log.warning("session %x: renewal connection failed: %s", lease, exc)
+                why = f"renewal connection failed: {type(exc).__name__}"
+                self._session.warnings.log(
+                    why, "session %x: renewal connection failed: %s", lease, exc
+                )
                 await asyncio.sleep(0.2)
         return None
 

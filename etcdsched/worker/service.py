@@ -176,6 +176,7 @@ class WorkerService:
             id=self.member_id,
             capacity=self.capacity,
             labels=cfg.worker_labels,
+            reserved=cfg.worker_reserved,
             tenants=cfg.worker_tenants or [],
             host=socket.gethostname(),
             pid=os.getpid(),
@@ -217,21 +218,35 @@ class WorkerService:
 
     def _fence(self) -> None:
         """Session lost: kill every job now. Never report for them: recovery
-        records each attempt ``lost`` (or hands a never-started run back)."""
+        records each attempt ``lost``, reason ``fenced`` (or hands a
+        never-started run back). Said at WARNING even when nothing was left
+        to kill (the watchdog may have killed the jobs while the agent was
+        frozen): the operator reading this agent's log learns it was fenced."""
+        killed = self._kill_jobs()
+        log.warning(
+            "worker %s fenced: it could not prove its lease; killed %d job(s)%s",
+            self.member_id,
+            len(killed),
+            (": " + ", ".join(killed[:10])) if killed else "",
+        )
+
+    def _kill_jobs(self) -> list[str]:
+        """SIGKILL every job process this worker holds; their run ids."""
         killed = [item for item in self.running.values() if item.process is not None]
-        if killed:
-            log.warning(
-                "worker %s fenced: it could not prove its lease; killed %d job(s): %s",
-                self.member_id,
-                len(killed),
-                ", ".join(sorted(item.assignment.run_id for item in killed)[:10]),
-            )
         for item in killed:
             assert item.process is not None
             item.process.kill_now()
+        return sorted(item.assignment.run_id for item in killed)
 
     async def _abandon_all(self) -> None:
-        self._fence()
+        killed = self._kill_jobs()
+        if killed and not (self.session is not None and self.session.lost):  # else said: fenced
+            log.warning(
+                "worker %s: stopping; killed %d job(s): %s",
+                self.member_id,
+                len(killed),
+                ", ".join(killed[:10]),
+            )
         for item in list(self.running.values()):
             item.task.cancel()
         await asyncio.gather(*(i.task for i in self.running.values()), return_exceptions=True)

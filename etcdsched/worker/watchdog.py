@@ -104,7 +104,7 @@ class _Guard:
 
     def enforce(self) -> None:
         if self.groups and self.expired():
-            self.kill_all("deadline passed")
+            self.kill_all("fenced: the agent could not prove its lease by the deadline")
         now = time.monotonic()
         for pgid, deadline in list(self.own_deadlines.items()):
             if now >= deadline:

@@ -5,6 +5,7 @@ when closed."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 import pytest
@@ -77,3 +78,22 @@ async def test_blocking_renewer_renews_reports_a_gone_lease_and_an_unreachable_e
         await nowhere.keepalive_once(lease_id, 0.5)
     assert time.monotonic() - started < 5, "bounded by the timeout it was given"
     await nowhere.close()
+
+
+async def test_renewal_failures_are_logged_once_then_summarised(
+    store: EtcdStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Renewals against an etcd that refuses connections fail every quarter
+    second; the log says so once, and sums the rest up when the session is
+    given up (``etcdsched.runtime.ratelimited_log``)."""
+    caplog.set_level(logging.WARNING, "etcdsched.store.session")
+    session = await Session.open(store, SystemClock(), TTL, renew_store=connector(["127.0.0.1:1"]))
+    try:
+        await asyncio.wait_for(session.wait_lost(), TTL + 5)
+    finally:
+        await session.orphan()
+    said = [r.getMessage() for r in caplog.records if r.name == "etcdsched.store.session"]
+    failed = [line for line in said if "renewal failed" in line]
+    assert len(failed) == 2, said  # the first failure, then the summary
+    assert "repeated" not in failed[0] and "repeated" in failed[1], failed
+    assert any("lost" in line for line in said), said
