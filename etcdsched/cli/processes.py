@@ -30,6 +30,7 @@ FLAG_SETTINGS = {
     "etcd": "etcd",
     "tls_cert": "api_tls_cert",
     "tls_key": "api_tls_key",
+    "reserved": "worker_reserved",
 }
 """Flags and the settings they set. One rule for every setting: a flag
 given wins over the environment (``ETCDSCHED_*``), which wins over the default."""
@@ -77,6 +78,13 @@ def up(data_dir: Path, etcd: str | None, log_level: str, **flags: Any) -> None:
     help="Repeatable.",
 )
 @click.option("--etcd", help="etcd endpoints host:port,... (default: ETCDSCHED_ETCD).")
+@click.option(
+    "--reserved",
+    is_flag=True,
+    default=None,
+    help="Worker: take only runs whose selector matches this worker's labels"
+    " (default: ETCDSCHED_WORKER_RESERVED).",
+)
 @tls_options
 @click.option("--log-level", default="info", show_default=True)
 def agent(roles: tuple[str, ...], log_level: str, **flags: Any) -> None:

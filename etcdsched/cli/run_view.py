@@ -58,8 +58,8 @@ def attempt_rows(attempts: list[Attempt]) -> str:
 
 def attempt_reason(attempt: Attempt) -> str:
     """Why an attempt ended as it did, or what it is doing. The recorded
-    reason when there is one (``worker w2 vanished (lease expired)``,
-    ``cancelled before start: ...``); a success records none, and an open
+    reason when there is one (``fenced: the worker could not prove its
+    lease (...)``, ``cancelled before start: ...``); a success records none, and an open
     attempt none yet, so those are said here."""
     if attempt.reason:
         return attempt.reason
