@@ -220,10 +220,15 @@ class Client:
     async def replace_job(
         self, job_id: str, spec: JobSpec | Mapping[str, Any], if_version: int | None = None
     ) -> JobRecord:
+        """Replace the job's spec: only if it is still at ``if_version``
+        (``If-Match``; else :class:`~etcdsched.model.errors.Conflict`), or,
+        without it, whatever its version (``?force=true``: the server
+        refuses a replace that says neither, 428)."""
         headers = {"If-Match": f'"{if_version}"'} if if_version is not None else None
+        params: Params | None = {"force": "true"} if if_version is None else None
         path = f"/v1/jobs/{_q(job_id)}"
         return await self._model(
-            JobRecord, "PUT", path, body={"spec": _body(spec)}, headers=headers
+            JobRecord, "PUT", path, body={"spec": _body(spec)}, params=params, headers=headers
         )
 
     async def delete_job(self, job_id: str, cancel_active: bool = True) -> DeleteResult:

@@ -22,13 +22,21 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import math
 import secrets
 from dataclasses import dataclass
-from typing import Any, Literal, NoReturn
+from typing import Annotated, Any, Literal, NoReturn
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    WithJsonSchema,
+    field_validator,
+)
 
+from etcdsched.api.errors import retry_after_seconds
 from etcdsched.model.errors import Conflict, QuotaExceeded, Unauthorized
 from etcdsched.model.records import Record
 from etcdsched.model.spec import TENANT_PATTERN
@@ -47,6 +55,22 @@ FAILED_AUTH_PER_SECOND = 5.0
 FAILED_AUTH_BURST = 20.0
 LAST_USED_EVERY_MS = 60_000
 """A token's last-used time is written at most this often."""
+
+
+def _not_text(value: Any) -> Any:
+    """Refuse what pydantic's lax mode would turn into a number: ``"3"``
+    (or ``true``) is not 3. ``3.0`` is, as JSON Schema's ``integer`` says."""
+    if isinstance(value, str | bool):
+        raise ValueError("must be a JSON number, not a string or a boolean")
+    return value
+
+
+JsonInt = Annotated[int, BeforeValidator(_not_text)]
+"""An integer of a request body: a JSON number without a fraction."""
+Count = Annotated[JsonInt, Field(ge=0), WithJsonSchema({"type": "integer", "minimum": 0})]
+"""A limit on how many. Its JSON schema is spelled out: pydantic writes the
+bound of a validated, optional integer as ``ge``, which no JSON Schema
+tool reads."""
 
 
 class TokenRecord(Record):
@@ -72,12 +96,16 @@ class TenantLimits(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    max_jobs: int | None = Field(None, ge=0, description="Jobs the tenant may have.")
-    max_active_runs: int | None = Field(
-        None, ge=0, description="Non-terminal runs, checked on trigger and backfill."
+    max_jobs: Count | None = Field(None, description="Jobs the tenant may have.")
+    max_active_runs: Count | None = Field(
+        None, description="Non-terminal runs, checked on trigger and backfill."
     )
     submissions_per_second: float | None = Field(
-        None, gt=0, description="Job creations, triggers and backfills per second (per API)."
+        None,
+        gt=0,
+        allow_inf_nan=False,
+        strict=True,
+        description="Job creations, triggers and backfills per second (per API).",
     )
     selectors: dict[str, list[str]] | None = Field(
         None,
@@ -85,7 +113,7 @@ class TenantLimits(BaseModel):
         ' values (e.g. {"pool": ["team-a", "shared"]}); null: any. A job asking for a label'
         " or value not listed is refused (422).",
     )
-    loader_env: bool = Field(
+    loader_env: StrictBool = Field(
         False,
         description="Whether the tenant's jobs may set loader and interpreter variables"
         " (LD_*, PYTHONPATH, BASH_ENV, ...) in their env. Off: such a job is refused (422).",
@@ -246,6 +274,9 @@ class Authenticator:
         self._cache = _TtlCache(clock, ttl)
         self.tokens = PrefixCache(store, clock, keys.tokens_prefix())
         self._failures = RateLimiter(clock)
+        self.failed_auth_limit = (FAILED_AUTH_PER_SECOND, FAILED_AUTH_BURST)
+        """Unknown tokens per second a client address may present, and the
+        burst: a test that probes with many (a fuzzer) raises it."""
         self._used: dict[str, int] = {}
         """Token id -> when it was last used here, not yet written."""
 
@@ -280,7 +311,7 @@ class Authenticator:
         if kv is not None:
             return kv.decode(TokenRecord).value
         address = client or "?"
-        limit = (FAILED_AUTH_PER_SECOND, FAILED_AUTH_BURST)
+        limit = self.failed_auth_limit
         why = f"too many unknown tokens from {client or 'this client'}"
         self._failures.check(address, *limit, what=why)
         kv = await self._store.get(key)
@@ -366,7 +397,7 @@ class RateLimiter:
         wait = (needed - tokens) / rate
         raise QuotaExceeded(
             what or f"tenant {key} is over {rate:g} submissions per second",
-            retry_after=float(min(3600, max(1, math.ceil(wait)))),
+            retry_after=float(retry_after_seconds(wait)),
         )
 
 

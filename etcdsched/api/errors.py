@@ -10,15 +10,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import traceback
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
 from pydantic import ValidationError
 
 from etcdsched.model.errors import EtcdschedError, InvalidInput, QuotaExceeded, Unauthorized
+from etcdsched.runtime.quoting import quoted
 
 log = logging.getLogger(__name__)
 MAX_LISTED_ERRORS = 5
+MAX_RETRY_AFTER = 3600
+"""Seconds: the most a ``Retry-After`` ever says (a tiny quota rate would
+otherwise ask for centuries, in a header hundreds of digits long)."""
 _HTTP_CODES = {
     400: "bad_request",
     401: "unauthorized",
@@ -35,6 +40,22 @@ class MalformedRequest(InvalidInput):
 
     code = "malformed_request"
     http_status = 400
+
+
+class UnsupportedMediaType(InvalidInput):
+    """A request body that is not ``application/json`` (HTTP 415)."""
+
+    code = "unsupported_media_type"
+    http_status = 415
+
+
+def retry_after_seconds(seconds: float) -> int:
+    """What ``Retry-After`` says for a wait of ``seconds``: whole seconds,
+    rounded up, at least 1 and at most :data:`MAX_RETRY_AFTER` (also for
+    an infinite or NaN wait, which a rate near zero can produce)."""
+    if not math.isfinite(seconds) or seconds >= MAX_RETRY_AFTER:
+        return MAX_RETRY_AFTER
+    return max(1, math.ceil(seconds))
 
 
 def error_response(
@@ -76,11 +97,11 @@ def validation_detail(exc: ValidationError, prefix: tuple[str, ...] = ()) -> tup
 def _etcdsched_response(exc: EtcdschedError) -> web.Response:
     headers = None
     if isinstance(exc, QuotaExceeded):
-        headers = {"Retry-After": str(min(3600, max(1, math.ceil(exc.retry_after))))}
+        headers = {"Retry-After": str(retry_after_seconds(exc.retry_after))}
     if isinstance(exc, Unauthorized):  # RFC 6750: say which scheme to use
         headers = {"WWW-Authenticate": 'Bearer realm="etcdsched"'}
     if exc.http_status >= 500:
-        log.warning("request failed: %s: %s", exc.code, exc.message)
+        log.warning("request failed: %s: %s", exc.code, quoted(exc.message))
     return error_response(exc.http_status, exc.code, exc.message, exc.field, headers)
 
 
@@ -108,6 +129,20 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return _http_response(exc)
     except (asyncio.CancelledError, ConnectionResetError):
         raise
-    except Exception:
-        log.exception("unexpected error in %s %s", request.method, request.path)
+    except Exception as exc:
+        _log_unexpected(request, exc)
         return error_response(500, "internal", "internal server error")
+
+
+def _log_unexpected(request: web.Request, exc: Exception) -> None:
+    """The traceback's frames (our source lines) as they are; the path and
+    the exception's message, which may carry a tenant's input, quoted."""
+    frames = "".join(traceback.format_tb(exc.__traceback__))
+    log.error(
+        "unexpected error in %s %s: %s: %s\nTraceback (most recent call last):\n%s",
+        request.method,
+        quoted(request.path),
+        type(exc).__name__,
+        quoted(exc),
+        frames.rstrip(),
+    )

@@ -13,12 +13,13 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from etcdsched.api.routing import Call
+from etcdsched.api.routing import Call, Header
 from etcdsched.api.schemas import LogQuery
 from etcdsched.api.services import ApiServices
 from etcdsched.model.errors import EtcdschedError, NotFound
 from etcdsched.model.records import RunRecord
 from etcdsched.model.states import EXECUTING
+from etcdsched.runtime.quoting import quoted
 
 log = logging.getLogger(__name__)
 FOLLOW_POLL = 0.2
@@ -32,6 +33,25 @@ class _Headers:
 
 
 LOG_HEADERS = _Headers()
+RESPONSE_HEADERS = (
+    Header(
+        LOG_HEADERS.next_offset,
+        "The offset of the next read (absent with follow=true).",
+        {"type": "integer", "minimum": 0},
+    ),
+    Header(
+        LOG_HEADERS.complete,
+        "true once no more bytes will come (absent with follow=true).",
+        {"type": "string", "enum": ["true", "false"]},
+    ),
+    Header(
+        LOG_HEADERS.attempt,
+        "The attempt read, 0 before the first (absent with follow=true).",
+        {"type": "integer", "minimum": 0},
+    ),
+)
+"""Documented, and not required: a followed log is a stream begun before
+anything about its end is known."""
 
 
 @dataclass(frozen=True)
@@ -109,7 +129,7 @@ async def follow_log(call: Call, run: RunRecord, query: LogQuery) -> web.StreamR
         try:
             await _stream(call, resp, run, query)
         except (ConnectionResetError, EtcdschedError) as exc:
-            log.info("log follow of %s ended early: %s", run.id, exc)
+            log.info("log follow of %s ended early: %s", quoted(run.id), quoted(exc))
             return resp
         await resp.write_eof()
         return resp

@@ -13,16 +13,47 @@ from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from etcdsched import __version__
-from etcdsched.api.routing import Route
-from etcdsched.api.schemas import ErrorBody
+from etcdsched.api.errors import MAX_RETRY_AFTER
+from etcdsched.api.routing import Header, Route
+from etcdsched.api.schemas import JOB_ID, RUN_ID, TOKEN_ID, ErrorBody, Health
+from etcdsched.model.spec import TENANT_PATTERN
 
 REF = "#/components/schemas/{model}"
 _PATH_PARAM = re.compile(r"\{([^}:]+)")
 Schemas = dict[tuple[Any, JsonSchemaMode], dict[str, Any]]
+PATH_PATTERNS = {
+    "job_id": JOB_ID,
+    "run_id": RUN_ID,
+    "tenant": TENANT_PATTERN,
+    "token_id": TOKEN_ID,
+}
+"""What each path parameter may be; anything else is a 404 (or 422)."""
+RETRY_AFTER = Header(
+    "Retry-After",
+    "Whole seconds to wait before trying again.",
+    {"type": "integer", "minimum": 1, "maximum": MAX_RETRY_AFTER},
+    True,
+)
+WWW_AUTHENTICATE = Header("WWW-Authenticate", 'Bearer realm="etcdsched"', required=True)
+ERROR_WHEN = {
+    400: "The body is not JSON, or not a JSON object.",
+    401: "No bearer token, or an unknown, expired or revoked one.",
+    403: "The token's role or tenant may not do this.",
+    404: "No such object, or one of another tenant.",
+    409: "A conflict: see the message.",
+    413: "The body is over max_body_bytes, or a spec over its stored size limit.",
+    415: "A body that is not application/json.",
+    422: "Invalid input: the field is named.",
+    428: "A replace without If-Match, ?version= or ?force=true.",
+    429: "A quota, or too many unknown tokens from one address.",
+}
 
 
 def _model_pairs(routes: Sequence[Route]) -> list[tuple[type[BaseModel], JsonSchemaMode]]:
-    pairs: list[tuple[type[BaseModel], JsonSchemaMode]] = [(ErrorBody, "serialization")]
+    pairs: list[tuple[type[BaseModel], JsonSchemaMode]] = [
+        (ErrorBody, "serialization"),
+        (Health, "serialization"),
+    ]
     for route in routes:
         if route.body:
             pairs.append((route.body, "validation"))
@@ -41,7 +72,7 @@ def _definition(defs: dict[str, Any], ref: dict[str, Any]) -> dict[str, Any]:
 
 def _parameters(route: Route, schemas: Schemas, defs: dict[str, Any]) -> list[dict[str, Any]]:
     params: list[dict[str, Any]] = [
-        {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+        {"name": name, "in": "path", "required": True, "schema": _path_schema(name)}
         for name in _PATH_PARAM.findall(route.path)
     ]
     if route.query:
@@ -57,12 +88,45 @@ def _parameters(route: Route, schemas: Schemas, defs: dict[str, Any]) -> list[di
             {
                 "name": header.name,
                 "in": "header",
-                "required": False,
+                "required": header.required,
                 "description": header.description,
-                "schema": {"type": "string"},
+                "schema": header.schema,
             }
         )
     return params
+
+
+def _path_schema(name: str) -> dict[str, Any]:
+    pattern = PATH_PATTERNS.get(name)
+    return {"type": "string", "pattern": pattern} if pattern else {"type": "string"}
+
+
+def _headers(headers: Sequence[Header]) -> dict[str, Any]:
+    return {
+        header.name: {
+            "description": header.description,
+            "required": header.required,
+            "schema": header.schema,
+        }
+        for header in headers
+    }
+
+
+def _error_statuses(route: Route) -> list[int]:
+    """The error statuses a route can answer besides ``default`` (any
+    status, 5xx included): each with the error body, and the headers that
+    come with it."""
+    statuses = set(route.errors)
+    if route.needs != "none":
+        statuses |= {401, 403, 429}
+    if route.body:
+        statuses |= {400, 413, 415, 422}
+    checked_in_path = {"tenant", "token_id"} & set(_PATH_PARAM.findall(route.path))
+    if route.query or route.headers or checked_in_path:
+        statuses.add(422)
+    if _PATH_PARAM.search(route.path):
+        statuses.add(404)
+    return sorted(statuses)
 
 
 def _responses(route: Route, schemas: Schemas) -> dict[str, Any]:
@@ -72,14 +136,23 @@ def _responses(route: Route, schemas: Schemas) -> dict[str, Any]:
         schema = {"type": "object"}
     else:
         schema = {"type": "string"}
+    success: dict[str, Any] = {"description": "Success"}
+    if route.status != 204:
+        success["content"] = {route.media_type: {"schema": schema}}
+    if route.response_headers:
+        success["headers"] = _headers(route.response_headers)
     error = {"application/json": {"schema": schemas[(ErrorBody, "serialization")]}}
-    return {
-        str(route.status): {
-            "description": "Success",
-            "content": {route.media_type: {"schema": schema}},
-        },
-        "default": {"description": "Error", "content": error},
-    }
+    responses: dict[str, Any] = {str(route.status): success}
+    for status in _error_statuses(route):
+        answer: dict[str, Any] = {"description": ERROR_WHEN[status], "content": error}
+        if status in (401, 429):
+            answer["headers"] = _headers([WWW_AUTHENTICATE if status == 401 else RETRY_AFTER])
+        responses[str(status)] = answer
+    if route.operation_id == "readyz":
+        health = {"application/json": {"schema": schemas[(Health, "serialization")]}}
+        responses["503"] = {"description": "etcd did not answer in time", "content": health}
+    responses["default"] = {"description": "Error", "content": error}
+    return responses
 
 
 def _operation(route: Route, schemas: Schemas, defs: dict[str, Any]) -> dict[str, Any]:
@@ -104,9 +177,30 @@ def _operation(route: Route, schemas: Schemas, defs: dict[str, Any]) -> dict[str
     return operation
 
 
+def _discriminators_required(node: Any, defs: dict[str, Any]) -> None:
+    """Mark each discriminated union's tag (a trigger's ``kind``) required
+    in the schemas it tells apart: pydantic leaves it optional because
+    each model has a default for it, but the union cannot be decided
+    without it, so the server refuses a trigger that leaves it out."""
+    if isinstance(node, list):
+        for item in node:
+            _discriminators_required(item, defs)
+        return
+    if not isinstance(node, dict):
+        return
+    tag = node.get("discriminator", {}).get("propertyName")
+    for ref in node.get("discriminator", {}).get("mapping", {}).values() if tag else ():
+        target = defs[ref.rsplit("/", 1)[-1]]
+        if tag not in target.setdefault("required", []):
+            target["required"].append(tag)
+    for value in node.values():
+        _discriminators_required(value, defs)
+
+
 def build_document(routes: Sequence[Route], title: str = "etcdsched") -> dict[str, Any]:
     schemas, top = models_json_schema(_model_pairs(routes), ref_template=REF)
     defs: dict[str, Any] = top.get("$defs", {})
+    _discriminators_required(defs, defs)
     paths: dict[str, dict[str, Any]] = {}
     for route in routes:
         paths.setdefault(route.path, {})[route.method.lower()] = _operation(route, schemas, defs)

@@ -9,17 +9,19 @@ import re
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from etcdsched.api.auth import TenantLimits, TenantRecord, put_tenant
+from etcdsched.api.auth import TenantRecord, put_tenant
 from etcdsched.api.routing import Call, Route, json_model
 from etcdsched.api.schemas import (
     ClusterView,
     Health,
     OwnerView,
+    TenantLimitsBody,
     TenantView,
 )
 from etcdsched.model.errors import EtcdschedError, InvalidInput, NotFound
 from etcdsched.model.records import OwnerRecord, SchedulerMember, WorkerMember
 from etcdsched.model.spec import TENANT_PATTERN
+from etcdsched.runtime.quoting import quoted
 from etcdsched.store.cache import list_all
 from etcdsched.store.keys import TENANT_SEP
 from etcdsched.store.kv import prefix_end
@@ -79,15 +81,15 @@ async def cluster(call: Call) -> web.StreamResponse:
 
 def _tenant_name(call: Call) -> str:
     name = call.match("tenant")
-    if not re.match(TENANT_PATTERN, name):
-        raise InvalidInput(f"invalid tenant name {name!r}", field="tenant")
+    if not re.fullmatch(TENANT_PATTERN, name):
+        raise InvalidInput(f"invalid tenant name {quoted(name)}", field="tenant")
     return name
 
 
 async def set_tenant(call: Call) -> web.StreamResponse:
     name = _tenant_name(call)
     services = call.services
-    limits = call.body_as(TenantLimits)
+    limits = call.body_as(TenantLimitsBody).limits()
     record = await put_tenant(services.store, services.keys, name, limits, services.clock.now_ms())
     call.ctx.auth.forget_tenant(name)
     return json_model(TenantView.model_validate(record.model_dump()))
@@ -154,7 +156,7 @@ ROUTES = [
         set_tenant,
         "Set a tenant's limits (admin)",
         "admin",
-        body=TenantLimits,
+        body=TenantLimitsBody,
         response=TenantView,
         auth="admin",
     ),

@@ -18,7 +18,13 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from etcdsched.api.errors import validation_detail
-from etcdsched.api.routes_jobs import IDEMPOTENCY, own_spec, same_request, tenant_allows
+from etcdsched.api.routes_jobs import (
+    IDEMPOTENCY,
+    own_spec,
+    same_request,
+    spec_fits,
+    tenant_allows,
+)
 from etcdsched.api.routing import Call, Header, Route, json_model
 from etcdsched.api.schemas import (
     ErrorDetail,
@@ -28,11 +34,13 @@ from etcdsched.api.schemas import (
     JobBatchResults,
 )
 from etcdsched.model.errors import Conflict, EtcdschedError, InvalidInput, QuotaExceeded
+from etcdsched.runtime.quoting import quoted
 from etcdsched.store.job_batch import CreateOutcome, CreateRequest, create_many, find_replays
 
 log = logging.getLogger(__name__)
 MINIMAL = "return=minimal"
 PREFER = Header("Prefer", "return=minimal: each result without its job record (its id is there).")
+PREFERENCE_APPLIED = Header("Preference-Applied", "return=minimal, when it was.")
 ITEM_FIELDS = {IDEMPOTENCY.name: "idempotency_key"}
 """Fields a create alone names that an item spells differently."""
 
@@ -71,7 +79,8 @@ async def _admissible_items(
     for index, raw in enumerate(items):
         try:
             item = raw if isinstance(raw, JobBatchItem) else _item(index, raw)
-            spec = await tenant_allows(call, own_spec(call.who, item.spec))
+            spec = spec_fits(item.spec, call.body_bytes)
+            spec = await tenant_allows(call, own_spec(call.who, spec))
         except EtcdschedError as exc:
             results[index] = _failed(index, exc)
             continue
@@ -128,7 +137,7 @@ def _failed(index: int, exc: EtcdschedError) -> JobBatchResult:
     """The error body a create alone would have answered, its field named
     within the batch (``items[3].spec.tenant``)."""
     if exc.http_status >= 500:
-        log.warning("batch item %d failed: %s: %s", index, exc.code, exc.message)
+        log.warning("batch item %d failed: %s: %s", index, exc.code, quoted(exc.message))
     field = exc.field
     if field is not None and not field.startswith("items["):
         field = f"items[{index}].{ITEM_FIELDS.get(field, field)}"
@@ -146,5 +155,6 @@ ROUTES = [
         body=JobBatchBody,
         response=JobBatchResults,
         headers=(PREFER,),
+        response_headers=(PREFERENCE_APPLIED,),
     ),
 ]

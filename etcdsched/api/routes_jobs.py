@@ -7,6 +7,7 @@ is reported as not found (404), exactly like a missing one.
 from __future__ import annotations
 
 import hashlib
+import re
 
 from aiohttp import web
 
@@ -29,16 +30,66 @@ from etcdsched.api.schemas import (
     VersionQuery,
     to_ms,
 )
-from etcdsched.model.errors import Conflict, EtcdschedError, Forbidden, InvalidInput, NotFound
+from etcdsched.model.errors import (
+    Conflict,
+    EtcdschedError,
+    Forbidden,
+    InvalidInput,
+    NotFound,
+    PayloadTooLarge,
+    PreconditionRequired,
+)
 from etcdsched.model.records import JobRecord, RunRecord
 from etcdsched.model.spec import JobSpec, loader_variables
 from etcdsched.model.triggers import count_slots_between
+from etcdsched.store.job_create import MAX_IDEMPOTENCY_KEY
 from etcdsched.store.jobs import JobState
 from etcdsched.store.keys import JOB_ID_PATTERN, KeyError_, full_job_id
 from etcdsched.store.kv import KV, prefix_end
 
-IDEMPOTENCY = Header("Idempotency-Key", "Repeat a create safely: same key, same job.")
-IF_MATCH = Header("If-Match", "Job version (its ETag) the change is based on.")
+IDEMPOTENCY = Header(
+    "Idempotency-Key",
+    "Repeat a create safely: same key, same job.",
+    {"type": "string", "maxLength": MAX_IDEMPOTENCY_KEY},
+)
+IF_MATCH = Header(
+    "If-Match",
+    "Job version (its ETag) the change is based on. Required unless ?version= or"
+    " ?force=true says otherwise (428).",
+    {"type": "string", "pattern": r'^(W/)?("[0-9]{1,18}"|[0-9]{1,18})$'},
+)
+_VERSION_TAG = re.compile(r'^\s*(?:W/)?("?)([0-9]{1,18})\1\s*$')
+ETAG = Header(
+    "ETag", 'The job\'s version, quoted: "3".', {"type": "string", "pattern": '^"[0-9]+"$'}, True
+)
+LOCATION = Header("Location", "The new job's path: /v1/jobs/<full id>.", required=True)
+MAX_SPEC_BYTES = 384 * 1024
+"""A spec's stored JSON, at most. Creating or replacing a job writes it
+three times in one etcd transaction (the job record, its due entry and the
+due pointer, which holds the entry again), and firing it as many (the next
+due entry, its pointer, the run's snapshot); etcd refuses a request over
+1.5 MiB (``--max-request-bytes``) whole. Three copies of this much, with
+their keys and records, fit with a quarter to spare."""
+_SPEC_DEFAULTS_SLACK = 16 * 1024
+"""What a spec's stored JSON can have that its request did not: the fields
+left at their defaults (about 1.3 KB). Decoding never lengthens anything
+else (an escape is never shorter than what it stands for), so a body
+shorter than ``MAX_SPEC_BYTES`` by this much holds no spec over it."""
+
+
+def spec_fits(spec: JobSpec, body_bytes: int) -> JobSpec:
+    """``spec``, or 413 (field ``spec``) if it is too large to be stored:
+    refused here, not as an etcd error after the request was sent."""
+    if body_bytes + _SPEC_DEFAULTS_SLACK <= MAX_SPEC_BYTES:
+        return spec
+    size = len(spec.model_dump_json())
+    if size > MAX_SPEC_BYTES:
+        raise PayloadTooLarge(
+            f"the spec is {size} bytes as stored, over the {MAX_SPEC_BYTES}-byte limit"
+            " (three copies of it must fit one etcd request)",
+            field="spec",
+        )
+    return spec
 
 
 def own_spec(who: Principal, spec: JobSpec, default_tenant: str | None = None) -> JobSpec:
@@ -57,7 +108,7 @@ def own_spec(who: Principal, spec: JobSpec, default_tenant: str | None = None) -
 
 async def visible_job(call: Call, job_id: str) -> JobState:
     """The job, or 404 if it does not exist or belongs to another tenant."""
-    if not JOB_ID_PATTERN.match(job_id):
+    if not JOB_ID_PATTERN.fullmatch(job_id):
         raise NotFound(f"job {job_id} not found", field="job_id")
     state = await call.services.jobs.load(job_id)
     if not call.who.sees(state.job.value.spec.tenant):
@@ -118,7 +169,8 @@ async def tenant_allows(call: Call, spec: JobSpec) -> JobSpec:
 
 async def create_job(call: Call) -> web.StreamResponse:
     body = call.body_as(CreateJobBody)
-    spec = await tenant_allows(call, own_spec(call.who, body.spec))
+    spec = spec_fits(body.spec, call.body_bytes)
+    spec = await tenant_allows(call, own_spec(call.who, spec))
     key = call.request.headers.get(IDEMPOTENCY.name)
     if not await _replayed(call, spec.tenant, key):
         await call.ctx.quotas.admit_job(spec.tenant)
@@ -173,21 +225,33 @@ async def get_job(call: Call) -> web.StreamResponse:
 
 
 def _if_version(call: Call) -> int | None:
+    """The version a replace is based on (If-Match, else ``?version=``), or
+    None with ``?force=true``; 428 when none says. A client that read a job,
+    changed it and wrote it back must not undo a change made meanwhile
+    without noticing: an unconditional replace is asked for by name."""
     header = call.request.headers.get(IF_MATCH.name)
+    query = call.query_as(VersionQuery)
     if header is None:
-        return call.query_as(VersionQuery).version
-    text = header.strip().removeprefix("W/").strip('"')
-    if not text.isdigit():
+        if query.version is None and not query.force:
+            raise PreconditionRequired(
+                "a replace needs If-Match (the job's ETag), ?version=, or ?force=true",
+                field=IF_MATCH.name,
+            )
+        return query.version
+    match = _VERSION_TAG.match(header)
+    if match is None:
         raise InvalidInput('If-Match must be a job version such as "3"', field=IF_MATCH.name)
-    return int(text)
+    return int(match.group(2))
 
 
 async def replace_job(call: Call) -> web.StreamResponse:
     job_id = call.job_id()
+    if_version = _if_version(call)
+    spec = spec_fits(call.body_as(ReplaceJobBody).spec, call.body_bytes)
     state = await visible_job(call, job_id)
-    spec = own_spec(call.who, call.body_as(ReplaceJobBody).spec, state.job.value.spec.tenant)
+    spec = own_spec(call.who, spec, state.job.value.spec.tenant)
     spec = await tenant_allows(call, spec)
-    job = await call.services.jobs.replace(job_id, spec, if_version=_if_version(call))
+    job = await call.services.jobs.replace(job_id, spec, if_version=if_version)
     return json_model(job, headers=_etag(job))
 
 
@@ -253,9 +317,19 @@ ROUTES = [
         response=JobRecord,
         status=201,
         headers=(IDEMPOTENCY,),
+        response_headers=(LOCATION, ETAG),
+        errors=(409, 413, 429),
     ),
     Route("GET", "/v1/jobs", list_jobs, "List jobs", "jobs", query=JobListQuery, response=JobPage),
-    Route("GET", "/v1/jobs/{job_id}", get_job, "Read a job", "jobs", response=JobView),
+    Route(
+        "GET",
+        "/v1/jobs/{job_id}",
+        get_job,
+        "Read a job",
+        "jobs",
+        response=JobView,
+        response_headers=(ETAG,),
+    ),
     Route(
         "PUT",
         "/v1/jobs/{job_id}",
@@ -266,6 +340,8 @@ ROUTES = [
         query=VersionQuery,
         response=JobRecord,
         headers=(IF_MATCH,),
+        response_headers=(ETAG,),
+        errors=(409, 413, 428),
     ),
     Route(
         "DELETE",
@@ -295,6 +371,7 @@ ROUTES = [
         body=TriggerBody,
         response=RunRecord,
         status=201,
+        errors=(409, 429),
     ),
     Route(
         "POST",
@@ -305,5 +382,6 @@ ROUTES = [
         body=BackfillBody,
         response=BackfillResult,
         status=201,
+        errors=(429,),
     ),
 ]

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from etcdsched.api.logs import LOG_HEADERS, follow_log, read_log
+from etcdsched.api.logs import LOG_HEADERS, RESPONSE_HEADERS, follow_log, read_log
 from etcdsched.api.paging import after_cursor, filtered_range
 from etcdsched.api.routing import Call, Route, json_model
 from etcdsched.api.schemas import (
@@ -110,7 +110,7 @@ async def cancel(call: Call) -> web.StreamResponse:
 async def _job_visibility(call: Call, job_id: str) -> bool:
     """Whether the job exists (404 if it exists for another tenant). A deleted
     job's runs stay readable, filtered by the tenant on each run."""
-    if not JOB_ID_PATTERN.match(job_id):
+    if not JOB_ID_PATTERN.fullmatch(job_id):
         raise NotFound(f"job {job_id} not found", field="job_id")
     try:
         job = await call.services.jobs.get(job_id)
@@ -166,8 +166,6 @@ async def list_skips(call: Call) -> web.StreamResponse:
     prefix = keys.skips_prefix(job_id)
     cursor_key = None
     if query.cursor is not None:
-        if not query.cursor.isdigit() or len(query.cursor) > 14:
-            raise InvalidInput("not a cursor of this listing", field="cursor")
         cursor_key = keys.skip(job_id, int(query.cursor))
     start, end = after_cursor(prefix, prefix_end(prefix), cursor_key, False)
     items, last = await filtered_range(
@@ -286,5 +284,7 @@ ROUTES = [
         "runs",
         query=LogQuery,
         media_type="text/plain",
+        response_headers=RESPONSE_HEADERS,
+        errors=(429,),
     ),
 ]

@@ -14,16 +14,17 @@ import contextlib
 import typing
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
 from etcdsched.api.auth import Authenticator, Principal
-from etcdsched.api.errors import MalformedRequest
+from etcdsched.api.body import read_json
+from etcdsched.api.errors import MalformedRequest, validation_detail
 from etcdsched.api.quotas import Quotas
 from etcdsched.api.services import ApiServices
-from etcdsched.model.errors import Forbidden, NotFound, PayloadTooLarge, QuotaExceeded
+from etcdsched.model.errors import Forbidden, InvalidInput, NotFound, QuotaExceeded
 from etcdsched.store.keys import JOB_ID_PATTERN, full_job_id, tenant_of_job
 
 M = TypeVar("M", bound=BaseModel)
@@ -33,10 +34,13 @@ AuthMode = Literal["none", "viewer", "editor", "tenant-admin", "admin"]
 
 @dataclass(frozen=True)
 class Header:
-    """A request header a route reads (documented, not validated here)."""
+    """A request or response header of a route, as documented (a request
+    header is validated by its handler, which must agree with ``schema``)."""
 
     name: str
     description: str
+    schema: dict[str, Any] = field(default_factory=lambda: {"type": "string"})
+    required: bool = False
 
 
 class FollowSlots:
@@ -86,6 +90,8 @@ class Call:
     principal: Principal | None
     body: BaseModel | None
     query: BaseModel | None
+    body_bytes: int = 0
+    """Size of the request body as it came (0 without one)."""
 
     @property
     def services(self) -> ApiServices:
@@ -125,7 +131,7 @@ def full_id_for(who: Principal, raw: str, field: str) -> str:
     """``raw`` (a job name or full id, from a path) as a full job id, or 404:
     another tenant's id is indistinguishable from a missing one."""
     tenant = tenant_of_job(raw) or who.tenant
-    if not JOB_ID_PATTERN.match(raw) or not who.sees(tenant):
+    if not JOB_ID_PATTERN.fullmatch(raw) or not who.sees(tenant):
         raise NotFound(f"{raw} not found", field=field)
     return full_job_id(tenant, raw)
 
@@ -150,6 +156,10 @@ class Route:
     """Default: ``viewer`` for reads (GET), ``editor`` for every other method."""
     headers: tuple[Header, ...] = ()
     media_type: str = "application/json"
+    response_headers: tuple[Header, ...] = ()
+    """Headers of the success response."""
+    errors: tuple[int, ...] = ()
+    """Error statuses particular to this route, documented beside the usual ones."""
 
     @property
     def needs(self) -> AuthMode:
@@ -170,26 +180,29 @@ def _is_list(annotation: object) -> bool:
 
 
 def parse_query(request: web.Request, model: type[M]) -> M:
-    """Validate the query string; parameters declared as lists may repeat."""
+    """Validate the query string; parameters declared as lists may repeat.
+    An error names the parameter (``label``), not its n-th value."""
     data: dict[str, object] = {}
     for name in set(request.query.keys()):
         values = request.query.getall(name)
         info = model.model_fields.get(name)
         data[name] = values if info is not None and _is_list(info.annotation) else values[-1]
-    return model.model_validate(data)
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        message, _ = validation_detail(exc)
+        first = exc.errors(include_url=False)
+        parameter = str(first[0]["loc"][0]) if first and first[0]["loc"] else None
+        raise InvalidInput(message, field=parameter) from None
 
 
-async def parse_body(request: web.Request, model: type[M], max_bytes: int) -> M:
-    """Validate a JSON body; an empty body counts as ``{}`` so the error
+async def parse_body(request: web.Request, model: type[M], max_bytes: int) -> tuple[M, int]:
+    """Validate a JSON body (see :func:`etcdsched.api.body.read_json`) and
+    say how large it was; an empty body counts as ``{}`` so the error
     names the missing field instead of complaining about syntax."""
-    if request.content_length is not None and request.content_length > max_bytes:
-        raise PayloadTooLarge(f"request body is over {max_bytes} bytes")
+    raw = await read_json(request, max_bytes)
     try:
-        raw = await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        raise PayloadTooLarge(f"request body is over {max_bytes} bytes") from None
-    try:
-        return model.model_validate_json(raw if raw.strip() else b"{}")
+        return model.model_validate_json(raw or b"{}"), len(raw)
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
         if first["type"] == "json_invalid":
@@ -211,8 +224,10 @@ def bind(route: Route, ctx: ApiContext) -> Callable[[web.Request], Awaitable[web
                 needs = route.needs
                 raise Forbidden(f"this operation needs a token with the {needs} role or above")
         query = parse_query(request, route.query) if route.query else None
-        body = await parse_body(request, route.body, ctx.max_body_bytes) if route.body else None
-        return await route.handler(Call(request, ctx, principal, body, query))
+        body, size = None, 0
+        if route.body:
+            body, size = await parse_body(request, route.body, ctx.max_body_bytes)
+        return await route.handler(Call(request, ctx, principal, body, query, size))
 
     handle.__name__ = route.operation_id
     return handle

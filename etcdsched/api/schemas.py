@@ -10,12 +10,20 @@ stored records keep epoch milliseconds (fields ending in ``_ms``).
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    field_validator,
+    model_validator,
+)
 
-from etcdsched.api.auth import Role, TenantLimits
+from etcdsched.api.auth import JsonInt, Role, TenantLimits
 from etcdsched.model.records import (
     JobRecord,
     OwnerRecord,
@@ -24,13 +32,36 @@ from etcdsched.model.records import (
     SkipRecord,
     WorkerMember,
 )
-from etcdsched.model.spec import TENANT_PATTERN, JobSpec, PosDuration
+from etcdsched.model.spec import LABEL_KEY, TENANT_PATTERN, JobSpec, PosDuration
 from etcdsched.model.states import RunState
+from etcdsched.model.triggers import LAST_INSTANT, Instant
 from etcdsched.store.job_create import MAX_IDEMPOTENCY_KEY
+from etcdsched.store.keys import JOB_ID_PATTERN
 
+FIRST_INSTANT = datetime(1970, 1, 1, tzinfo=UTC)
 MAX_PAGE = 1000
 MAX_BATCH = 1000
 """Items in one ``POST /v1/jobs:batch``."""
+
+# Patterns as JSON Schema (ECMA 262) and pydantic (Rust regex) read them
+# alike: ``[0-9]``, not ``\d`` (a Unicode digit in both), and ``$`` only at
+# the very end (Python's ``re`` would also let a trailing newline through).
+JOB_ID = JOB_ID_PATTERN.pattern
+"""A job name, or a full id ``<tenant>:<name>``."""
+RUN_SEQ = r"[0-9]{14}(?:-[a-z0-9]{1,24})?"
+RUN_ID = JOB_ID.removesuffix("$") + "@" + RUN_SEQ + "$"
+JOB_CURSOR = r"^[A-Za-z0-9_-]{1,1024}$"
+"""A job listing's cursor: base64url without padding."""
+RUN_CURSOR = "^" + RUN_SEQ + "$"
+SKIP_CURSOR = r"^[0-9]{1,14}$"
+LABEL_FILTER = "^" + LABEL_KEY.pattern.strip("^$") + r"=[\s\S]{0,256}$"
+TOKEN_ID = r"^[0-9a-f]{64}$"
+JOB_ID_FIELD = Field(
+    None,
+    pattern=JOB_ID,
+    description="Job name: 1-128 of letters, digits, '_', '.', '-' (or the full id"
+    " '<tenant>:<name>' of the spec's tenant).",
+)
 
 
 def to_ms(value: datetime) -> int:
@@ -50,7 +81,7 @@ class CreateJobBody(_Input):
     """``POST /v1/jobs``. Without ``id`` the server picks one; without
     ``spec.tenant`` a tenant token's own tenant is used."""
 
-    id: str | None = Field(None, description="Job id: 1-128 of letters, digits, '_', '.', '-'.")
+    id: str | None = JOB_ID_FIELD
     spec: JobSpec
 
 
@@ -58,7 +89,7 @@ class JobBatchItem(_Input):
     """One job of ``POST /v1/jobs:batch``: a create body plus its own
     idempotency key (the ``Idempotency-Key`` header of a single create)."""
 
-    id: str | None = Field(None, description="Job id: 1-128 of letters, digits, '_', '.', '-'.")
+    id: str | None = JOB_ID_FIELD
     spec: JobSpec
     idempotency_key: str | None = Field(
         None, min_length=1, max_length=MAX_IDEMPOTENCY_KEY, description="Repeat it safely."
@@ -88,13 +119,13 @@ class ResumeBody(_Input):
 
 
 class TriggerBody(_Input):
-    force: bool = Field(False, description="Run even if the overlap policy is 'skip'.")
+    force: StrictBool = Field(False, description="Run even if the overlap policy is 'skip'.")
 
 
 class BackfillBody(_Input):
-    start: AwareDatetime
-    end: AwareDatetime
-    limit: int = Field(1000, ge=1, le=MAX_PAGE, description="Refuse ranges with more slots.")
+    start: Instant
+    end: Instant
+    limit: JsonInt = Field(1000, ge=1, le=MAX_PAGE, description="Refuse ranges with more slots.")
 
 
 class CancelBody(_Input):
@@ -110,38 +141,79 @@ class TokenBody(_Input):
     expires_in: PosDuration | None = Field(None, description="e.g. 30d; default: never.")
 
 
+class TenantLimitsBody(TenantLimits):
+    """``PUT /v1/tenants/{tenant}``: the whole set of limits, a limit left
+    out unlimited. At least one must be named: an empty body (or ``{}``),
+    most likely a client that lost its payload, must not lift every limit
+    of a tenant; clearing them all is saying so (``{"max_jobs": null}``)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"minProperties": 1})
+
+    @model_validator(mode="after")
+    def _names_one(self) -> TenantLimitsBody:
+        if not self.model_fields_set:
+            names = ", ".join(TenantLimits.model_fields)
+            raise ValueError(f"name at least one limit ({names}); null lifts one")
+        return self
+
+    def limits(self) -> TenantLimits:
+        return TenantLimits.model_validate(self.model_dump(exclude_unset=True))
+
+
 # -- query strings ---------------------------------------------------------
 class PageQuery(_Input):
-    cursor: str | None = Field(None, description="next_cursor of the previous page.")
+    """A page of a job's skipped-slot records (and the base of the other pages)."""
+
+    cursor: str | None = Field(
+        None, pattern=SKIP_CURSOR, description="next_cursor of the previous page."
+    )
     limit: int = Field(100, ge=1, le=MAX_PAGE)
 
 
 class JobListQuery(PageQuery):
-    tenant: str | None = None
+    cursor: str | None = Field(
+        None, pattern=JOB_CURSOR, description="next_cursor of the previous page."
+    )
+    tenant: str | None = Field(None, pattern=TENANT_PATTERN, description="Admin tokens only.")
     state: Literal["active", "paused"] | None = None
-    label: list[str] = Field(default_factory=list, description="k=v; repeat to AND them.")
-
-    @field_validator("label")
-    @classmethod
-    def _pairs(cls, labels: list[str]) -> list[str]:
-        for label in labels:
-            if "=" not in label:
-                raise ValueError(f"label filter {label!r} must be key=value")
-        return labels
+    label: list[Annotated[str, Field(pattern=LABEL_FILTER)]] = Field(
+        default_factory=list, description="k=v; repeat to AND them."
+    )
 
     def label_pairs(self) -> dict[str, str]:
         return dict(label.split("=", 1) for label in self.label)
 
 
 class RunListQuery(PageQuery):
+    cursor: str | None = Field(
+        None, pattern=RUN_CURSOR, description="next_cursor of the previous page."
+    )
     state: list[RunState] = Field(default_factory=list, description="Repeat to OR them.")
     since: AwareDatetime | None = Field(None, description="Slots at or after this instant.")
     until: AwareDatetime | None = Field(None, description="Slots at or before this instant.")
     order: Literal["asc", "desc"] = "desc"
 
+    @field_validator("since", "until")
+    @classmethod
+    def _within_slots(cls, value: datetime | None) -> datetime | None:
+        """A bound beyond the instants a slot can name is moved to the
+        nearest one: it filters the same slots, and keys stay 14 digits."""
+        if value is None:
+            return None
+        try:
+            in_utc = value.astimezone(UTC)
+        except OverflowError:  # 9999-12-31T23:59:59-14:00 is past year 9999 in UTC
+            return LAST_INSTANT
+        return min(max(in_utc, FIRST_INSTANT), LAST_INSTANT)
+
 
 class VersionQuery(_Input):
-    version: int | None = Field(None, ge=1, description="Refuse unless the job is at it.")
+    version: int | None = Field(
+        None, ge=1, description="Refuse unless the job is at it (If-Match wins)."
+    )
+    force: bool = Field(
+        False, description="Replace whatever the version, without If-Match or version."
+    )
 
 
 class DeleteQuery(_Input):

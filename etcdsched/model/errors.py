@@ -109,3 +109,11 @@ class PayloadTooLarge(EtcdschedError):
 
     code = "payload_too_large"
     http_status = 413
+
+
+class PreconditionRequired(EtcdschedError):
+    """A write that must say which version it is based on did not (HTTP 428):
+    a replace without ``If-Match`` would silently undo a change it never saw."""
+
+    code = "precondition_required"
+    http_status = 428

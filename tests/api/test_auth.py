@@ -24,7 +24,7 @@ async def test_tenant_cannot_see_or_touch_another_tenants_job(api: Api) -> None:
         api.logs.open_writer(run.id, 1).write(b"private\n")
     denied = [
         ("GET", "/v1/jobs/secret", None),
-        ("PUT", "/v1/jobs/secret", {"spec": spec()}),
+        ("PUT", "/v1/jobs/secret?force=true", {"spec": spec()}),
         ("DELETE", "/v1/jobs/secret", None),
         ("POST", "/v1/jobs/secret/pause", None),
         ("POST", "/v1/jobs/secret/resume", None),
@@ -80,7 +80,7 @@ async def test_token_body_is_validated(api: Api) -> None:
     assert (status, body["error"]["field"]) == (422, "role")
     status, body, _ = await api.call("PUT", "/v1/tenants/acme", api.admin, json={"max_jobs": -1})
     assert (status, body["error"]["field"]) == (422, "max_jobs")
-    status, body, _ = await api.call("PUT", "/v1/tenants/NO", api.admin, json={})
+    status, body, _ = await api.call("PUT", "/v1/tenants/NO", api.admin, json={"max_jobs": 1})
     assert (status, body["error"]["field"]) == (422, "tenant")
 
 

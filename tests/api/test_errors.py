@@ -13,6 +13,8 @@ from etcdsched.client import ApiError, error_from_response
 from etcdsched.model.errors import NotFound, QuotaExceeded
 from tests.api.conftest import MAX_BODY, Api, spec
 
+JSON = {"Content-Type": "application/json"}
+
 
 async def _no_jobs(api: Api) -> None:
     status, body, _ = await api.call("GET", "/v1/jobs", api.admin)
@@ -20,7 +22,7 @@ async def _no_jobs(api: Api) -> None:
 
 
 async def test_malformed_json_is_400(api: Api) -> None:
-    status, body, _ = await api.call("POST", "/v1/jobs", api.admin, data=b'{"spec": ')
+    status, body, _ = await api.call("POST", "/v1/jobs", api.admin, data=b'{"spec": ', headers=JSON)
     assert status == 400
     assert body["error"]["code"] == "malformed_request"
     await _no_jobs(api)
@@ -109,7 +111,7 @@ async def test_missing_or_unknown_token_is_401(api: Api) -> None:
 async def test_missing_job_is_404(api: Api) -> None:
     for method, path in [
         ("GET", "/v1/jobs/ghost"),
-        ("PUT", "/v1/jobs/ghost"),
+        ("PUT", "/v1/jobs/ghost?force=true"),
         ("DELETE", "/v1/jobs/ghost"),
         ("POST", "/v1/jobs/ghost/pause"),
         ("POST", "/v1/jobs/ghost/trigger"),

@@ -212,7 +212,8 @@ async def test_a_request_that_is_no_batch_is_refused_whole(api: Api) -> None:
     ):
         status, answer, _ = await api.call("POST", BATCH, api.admin, json=body)
         assert (status, answer["error"]["field"]) == (422, field), answer
-    status, answer, _ = await api.call("POST", BATCH, api.admin, data=b"{items")
+    json_type = {"Content-Type": "application/json"}
+    status, answer, _ = await api.call("POST", BATCH, api.admin, data=b"{items", headers=json_type)
     assert (status, answer["error"]["code"]) == (400, "malformed_request")
     status, _, _ = await api.call("POST", BATCH, None, json={"items": [{"spec": spec()}]})
     assert status == 401

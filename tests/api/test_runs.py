@@ -61,7 +61,7 @@ async def test_list_runs_filters_and_pages(api: Api) -> None:
         cancelled = await client.list_runs("r", states=["cancelled"])
         assert [run.id for run in cancelled.items] == [created[0]]
     status, body, _ = await api.call("GET", "/v1/jobs/r/runs?state=bogus", api.admin)
-    assert (status, body["error"]["field"]) == (422, "state.0")
+    assert (status, body["error"]["field"]) == (422, "state")
     status, body, _ = await api.call("GET", "/v1/jobs/r/runs?cursor=xyz", api.admin)
     assert (status, body["error"]["field"]) == (422, "cursor")
 
