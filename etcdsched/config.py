@@ -1,15 +1,21 @@
-"""One typed config per process: ``ETCDSCHED_*`` environment variables,
-overridden by CLI flags. Services receive this object; there are no globals."""
+"""One typed config per process. Each setting comes from the first of: a CLI
+flag, its ``ETCDSCHED_*`` environment variable, the YAML config file named by
+``--config``/``ETCDSCHED_CONFIG``, its default. Services receive this object;
+there are no globals."""
 
 from __future__ import annotations
 
+import difflib
 import os
 import socket
 import uuid
 from pathlib import Path
+from typing import Any
 
+import yaml
 from pydantic import Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from etcdsched.store.etcd import EtcdOptions
 
@@ -27,8 +33,81 @@ def default_member_id() -> str:
     return f"{socket.gethostname()[:40]}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
+class ConfigFileError(ValueError):
+    """A config file that cannot be used: missing, unreadable, not YAML, not a
+    mapping, or naming a setting that does not exist."""
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """The settings of a YAML config file (``setting: value``), refused whole
+    on any unknown key: a misspelt key silently ignored would leave the
+    default in force, the very surprise a config file is written to avoid."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigFileError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        reason = " ".join(str(exc).split())  # one line: the position is in it
+        raise ConfigFileError(f"config file {path} is not valid YAML: {reason}") from exc
+    if data is None:
+        return {}  # an empty file, or only comments: nothing set
+    if not isinstance(data, dict):
+        raise ConfigFileError(f"config file {path} must be a mapping of setting: value")
+    for key in data:
+        _check_key(key, path)
+    return {str(key): value for key, value in data.items()}
+
+
+def _check_key(key: object, path: Path) -> None:
+    """Names the file and the key, and the setting probably meant."""
+    if key == "config":
+        raise ConfigFileError(f"config file {path}: 'config' cannot be set inside a config file")
+    names = [name for name in Config.model_fields if name != "config"]
+    if key in names:
+        return
+    close = difflib.get_close_matches(str(key).lower(), names, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise ConfigFileError(f"unknown setting {key!r} in config file {path}{hint}")
+
+
+class ConfigFileSource(PydanticBaseSettingsSource):
+    """Settings from the YAML file named by the ``config`` setting. Which file
+    is itself a setting (``--config`` over ``ETCDSCHED_CONFIG``), so this
+    source is ranked after the flags and the environment and reads the name
+    from what they gave (``current_state``); everything it gives, in turn,
+    loses to them and wins over the defaults."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        """Unused: ``__call__`` reads the whole file at once (abstract in the base)."""
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        path = self.current_state.get("config")
+        return read_config_file(Path(path)) if path else {}
+
+
 class Config(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ETCDSCHED_", extra="ignore")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Flags (init keywords) > environment > config file > defaults: one rule
+        for every setting. No .env or secrets directory is read: a second file
+        format would be a second place to look."""
+        return init_settings, env_settings, ConfigFileSource(settings_cls)
+
+    config: Path | None = Field(
+        None,
+        description="YAML file of settings (keys: these names), below flags and the"
+        " environment; --config or ETCDSCHED_CONFIG.",
+    )
 
     etcd: str = Field("127.0.0.1:2379", description="Comma-separated etcd endpoints.")
     etcd_timeout: float = 5.0
