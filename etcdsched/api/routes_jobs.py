@@ -41,7 +41,8 @@ from etcdsched.model.errors import (
 )
 from etcdsched.model.records import JobRecord, RunRecord
 from etcdsched.model.spec import JobSpec, loader_variables
-from etcdsched.model.triggers import count_slots_between
+from etcdsched.model.triggers import WATCH_SLOT, count_slots_between
+from etcdsched.store.dependencies import named_in_full
 from etcdsched.store.job_create import MAX_IDEMPOTENCY_KEY
 from etcdsched.store.jobs import JobState
 from etcdsched.store.keys import JOB_ID_PATTERN, KeyError_, full_job_id
@@ -134,13 +135,12 @@ def same_request(job: JobRecord, spec: JobSpec, job_id: str | None) -> bool:
     """Whether ``job``, which an idempotency key led to, is what a create of
     ``spec`` (named ``job_id``, if given) makes: a key reused for another
     request is a conflict. Names compare as the full ids they stand for,
-    as the create stored them (``depends_on`` included)."""
+    as the create stored them (``depends_on`` and ``after`` jobs included)."""
     try:
         wanted = full_job_id(spec.tenant, job_id) if job_id is not None else job.id
-        upstream = [full_job_id(spec.tenant, name) for name in spec.depends_on]
+        as_stored = named_in_full(spec)
     except KeyError_:
         return False  # such a create is refused: never the stored job
-    as_stored = spec.model_copy(update={"depends_on": list(dict.fromkeys(upstream))})
     return job.id == wanted and job.spec == as_stored
 
 
@@ -220,6 +220,7 @@ async def get_job(call: Call) -> web.StreamResponse:
     state = await visible_job(call, call.job_id())
     job = state.job.value
     due = state.due.value.slot_ms if state.due and job.state == "active" else None
+    due = None if due == WATCH_SLOT else due  # an after job: no instant is due
     view = JobView.model_validate({**job.model_dump(), "next_slot_ms": due})
     return json_model(view, headers=_etag(job))
 

@@ -25,7 +25,13 @@ from etcdsched.model.codec import encode
 from etcdsched.model.errors import Conflict, InvalidInput, NotFound, OutcomeUnknown
 from etcdsched.model.records import DueEntry, JobRecord, SkipRecord
 from etcdsched.model.spec import JobSpec
-from etcdsched.model.triggers import count_slots_between, next_slot, slots_between, why_no_slot
+from etcdsched.model.triggers import (
+    WATCH_SLOT,
+    count_slots_between,
+    next_slot,
+    slots_between,
+    why_no_slot,
+)
 from etcdsched.runtime.clock import Clock
 from etcdsched.store.dependencies import checked_dependencies
 from etcdsched.store.job_create import JobCreator, SharedLease
@@ -105,8 +111,11 @@ class JobService(ManualRuns, JobCreator):
         return jobs, (jobs[-1].id if page.more and jobs else None)
 
     async def next_slot_of(self, job_id: str) -> int | None:
+        """The job's next due slot; None when it has none (an ``after`` job
+        waiting for its upstream runs has none either)."""
         state = await self.load(job_id)
-        return state.due.value.slot_ms if state.due else None
+        slot = state.due.value.slot_ms if state.due else None
+        return None if slot == WATCH_SLOT else slot
 
     def _schedule_ops(
         self, job: JobRecord, key_version: int, prev: DueEntry | None, after_ms: int

@@ -177,3 +177,17 @@ async def test_delete_cancels_active_runs_and_the_name_waits_for_them(api: Api) 
         assert result.cancelled == [dropped.id]
         assert (await client.get_run(dropped.id)).state is RunState.CANCELLED
         assert (await client.create_job(spec(), job_id="drop-runs")).id == "default:drop-runs"
+
+
+async def test_an_after_job_through_the_api(api: Api) -> None:
+    """An ``after`` job names its upstreams bare and stores them in full; a
+    replay with the same key is the same job; it has no next slot."""
+    after = spec(trigger={"kind": "after", "jobs": ["extract"], "on": "completion"})
+    async with api.client(api.acme) as client:
+        await client.create_job(spec(), job_id="extract")
+        first = await client.create_job(after, job_id="report", idempotency_key="k-a")
+        again = await client.create_job(after, job_id="report", idempotency_key="k-a")
+        assert again.created_ms == first.created_ms
+        assert first.spec.trigger.jobs == ["acme:extract"]  # type: ignore[union-attr]
+    status, body, _ = await api.call("GET", "/v1/jobs/report", api.acme)
+    assert status == 200 and body["next_slot_ms"] is None, body
