@@ -67,7 +67,7 @@ def loader_variables(env: dict[str, str]) -> list[str]:
 
 def _valid_env(env: dict[str, str]) -> dict[str, str]:
     for name, value in env.items():
-        if not re.match(ENV_NAME_PATTERN, name):
+        if not re.fullmatch(ENV_NAME_PATTERN, name):
             raise ValueError(f"invalid variable name {name[:64]!r}: letters, digits and _")
         _valid_string(value, f"the value of {name}")
     return env
@@ -247,7 +247,7 @@ class JobSpec(_Strict):
     @classmethod
     def _label_keys(cls, labels: dict[str, str]) -> dict[str, str]:
         for key, value in labels.items():
-            if not LABEL_KEY.match(key) or len(value) > 256:
+            if not LABEL_KEY.fullmatch(key) or len(value) > 256:
                 raise ValueError(f"invalid label {key!r}")
         return labels
 

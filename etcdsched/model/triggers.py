@@ -85,7 +85,7 @@ def _instant_input(value: object, info: ValidationInfo) -> object:
         return value
     raise ValueError(
         f"{info.field_name} must be an RFC 3339 date-time with a UTC offset, "
-        f"e.g. '2026-12-02T10:00:00Z', got {value!r}"
+        f"e.g. '2026-12-02T10:00:00Z', got {repr(value)[:64]}"
     )
 
 

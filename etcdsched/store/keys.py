@@ -60,7 +60,7 @@ def partition_of(job_id: str, partitions: int) -> int:
 
 
 def validate_job_id(job_id: str) -> str:
-    if not JOB_ID_PATTERN.match(job_id):
+    if not JOB_ID_PATTERN.fullmatch(job_id):
         raise KeyError_(
             "a job name must be 1-128 characters of letters, digits, '_', '.', '-' and start"
             " with a letter or digit (a full id is <tenant>:<name>)"
@@ -115,7 +115,7 @@ class RunRef:
 def parse_run_id(value: str) -> RunRef:
     """Cached: every key of a run is built from its id, and checks it."""
     job_id, sep, seq = value.rpartition("@")
-    if not sep or not JOB_ID_PATTERN.match(job_id) or not RUN_SEQ_PATTERN.match(seq):
+    if not sep or not JOB_ID_PATTERN.fullmatch(job_id) or not RUN_SEQ_PATTERN.fullmatch(seq):
         raise KeyError_(f"not a run id: {value!r}")
     return RunRef(job_id, seq)
 
