@@ -165,6 +165,11 @@ def _fill_op(pb: Any, op: Op) -> None:
         request.range_end = op.range_end.encode()
 
 
+MAX_ANSWER_BYTES = 256 * 1024 * 1024
+"""The largest etcd answer read: far above any page the API or a cache asks
+for (pages are bounded in keys, and a key's value by the spec size limit)."""
+
+
 class EtcdStore:
     """A connected etcd client. Create with :meth:`connect`."""
 
@@ -186,6 +191,10 @@ class EtcdStore:
             cert_chain=read(options.cert),
             cert_key=read(options.key),
         )
+        # gRPC refuses answers over 4 MiB by default: a page of 100 jobs with
+        # specs near the API's 384 KiB limit is ~38 MiB (a 500 before). The
+        # client exposes no channel options, so its manager's list is extended.
+        client._manager.grpc_options.append(("grpc.max_receive_message_length", MAX_ANSWER_BYTES))
         await client.connect()
         store = cls(client, options)
         if options.username:
