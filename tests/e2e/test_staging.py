@@ -28,7 +28,7 @@ async def test_a_herd_is_staged_well_ahead_of_the_lookahead(services: Services) 
     services.config = services.config.model_copy(update={"lookahead_ms": 500})
     scheduler = services.start_scheduler("s1")
     services.start_worker("w1", NoopExecutor(), worker_slots=HERD)
-    at_ms = int(time.time() * 1000) + 14_000  # the creates below take a few seconds
+    at_ms = int(time.time() * 1000) + 20_000  # the creates below take seconds (more, loaded)
     herd = spec({"kind": "at", "at": iso(at_ms)}, ["true"])
     for first in range(0, HERD, 200):
         names = (f"herd-{i}" for i in range(first, first + 200))
@@ -38,7 +38,7 @@ async def test_a_herd_is_staged_well_ahead_of_the_lookahead(services: Services) 
         runs = await herd_runs(services)
         assert len(runs) == HERD, len(runs)
 
-    await assert_eventually(staged, timeout=14)
+    await assert_eventually(staged, timeout=20)
     staged_ahead_ms = at_ms - int(time.time() * 1000)
     assert staged_ahead_ms > 1000, f"staged only {staged_ahead_ms} ms ahead"
     assert scheduler.staging.lead_ms() >= 500
