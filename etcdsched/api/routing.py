@@ -25,6 +25,7 @@ from etcdsched.api.errors import MalformedRequest, validation_detail
 from etcdsched.api.quotas import Quotas
 from etcdsched.api.services import ApiServices
 from etcdsched.model.errors import Forbidden, InvalidInput, NotFound, QuotaExceeded
+from etcdsched.model.records import STORAGE_ONLY, JobRecord
 from etcdsched.store.keys import JOB_ID_PATTERN, full_job_id, tenant_of_job
 
 M = TypeVar("M", bound=BaseModel)
@@ -236,8 +237,11 @@ def bind(route: Route, ctx: ApiContext) -> Callable[[web.Request], Awaitable[web
 def json_model(
     model: BaseModel, status: int = 200, headers: dict[str, str] | None = None
 ) -> web.Response:
+    """``model`` as the answer, without storage-only fields (a model that
+    holds job records names them in ``API_EXCLUDE``)."""
+    exclude = STORAGE_ONLY if isinstance(model, JobRecord) else getattr(model, "API_EXCLUDE", None)
     return web.Response(
-        text=model.model_dump_json(),
+        text=model.model_dump_json(exclude=exclude),
         status=status,
         content_type="application/json",
         headers=headers,

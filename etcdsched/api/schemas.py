@@ -11,7 +11,7 @@ stored records keep epoch milliseconds (fields ending in ``_ms``).
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     AwareDatetime,
@@ -25,6 +25,7 @@ from pydantic import (
 
 from etcdsched.api.auth import JsonInt, Role, TenantLimits
 from etcdsched.model.records import (
+    STORAGE_ONLY,
     JobRecord,
     OwnerRecord,
     RunRecord,
@@ -256,6 +257,8 @@ class JobBatchResult(_Output):
 class JobBatchResults(_Output):
     results: list[JobBatchResult] = Field(description="One per item, in order.")
 
+    API_EXCLUDE: ClassVar[dict[str, Any]] = {"results": {"__all__": {"job": STORAGE_ONLY}}}
+
 
 class JobView(JobRecord):
     next_slot_ms: int | None = Field(None, description="Next due slot; null if none or paused.")
@@ -264,6 +267,8 @@ class JobView(JobRecord):
 class JobPage(_Output):
     items: list[JobRecord]
     next_cursor: str | None = None
+
+    API_EXCLUDE: ClassVar[dict[str, Any]] = {"items": {"__all__": STORAGE_ONLY}}
 
 
 class DeleteResult(_Output):
