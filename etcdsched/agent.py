@@ -2,9 +2,14 @@
 sharing one etcd connection. ``etcdsched up`` is an agent with all roles on
 top of a private single-member etcd.
 
-SIGTERM/SIGINT stop the agent gracefully: the worker drains (takes nothing
-new, lets running attempts finish within ``shutdown_grace``, hands back the
-rest), then the scheduler and API stop and the sessions are revoked.
+The first SIGTERM/SIGINT stops the agent gracefully: it says at once on
+stderr what it waits for; the scheduler and the API stop at once (the
+scheduler revokes its lease, so its partitions are free for another at
+once); the worker drains (takes nothing new, hands back what has not
+started, lets running jobs finish within ``shutdown_grace``). A second
+signal, or the grace running out, stops the running jobs: each attempt is
+recorded ``interrupted`` (reason ``interrupted by shutdown``) and retried
+at once. Then the worker's lease is revoked.
 """
 
 from __future__ import annotations
@@ -18,7 +23,9 @@ import resource
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from etcdsched.config import Config
 from etcdsched.logs.store import DirLogStore
@@ -35,6 +42,9 @@ from etcdsched.worker.executor import Executor, NoopExecutor, ProcessExecutor
 from etcdsched.worker.sandbox import Sandbox
 from etcdsched.worker.service import WorkerService
 from etcdsched.worker.starter import ThreadStarter
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 log = logging.getLogger(__name__)
 ROLES = frozenset({"scheduler", "worker", "api"})
@@ -63,17 +73,69 @@ def renewer_factory(config: Config) -> RenewerFactory:
     return connect
 
 
-async def run_agent(config: Config, roles: set[str], stop: asyncio.Event | None = None) -> None:
-    """Run the roles until ``stop`` is set or SIGTERM/SIGINT arrives."""
-    unknown = roles - ROLES
-    if unknown or not roles:
-        raise ValueError(f"roles must be a non-empty subset of {sorted(ROLES)}")
-    if "worker" in roles and config.worker_tenants is None:
-        raise ValueError(
-            'a worker must say whose runs it takes: ETCDSCHED_WORKER_TENANTS=\'["team-a"]\''
-            ' (or \'["*"]\' for every tenant)'
-        )
-    stop = stop or _stop_on_signals()
+class StopRequests:
+    """What the agent was asked to do about stopping. The first SIGTERM or
+    SIGINT (or ``graceful`` set by whoever embeds the agent) asks for a
+    graceful stop; a second one to stop the running jobs now, not after
+    the grace: a user pressing Ctrl-C twice means it."""
+
+    def __init__(self, graceful: asyncio.Event | None = None) -> None:
+        self.graceful = graceful or asyncio.Event()
+        self.now = asyncio.Event()
+        self.signal: str | None = None
+        """The signal that asked for the graceful stop, if one did."""
+
+    def install(self) -> None:
+        """Take SIGTERM/SIGINT. Only the main thread can: an agent run on
+        another thread (embedded) is stopped through ``graceful`` instead."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self.received, signum)
+
+    def received(self, signum: int) -> None:
+        if not self.graceful.is_set():
+            self.signal = signal.Signals(signum).name
+            self.graceful.set()
+        elif not self.now.is_set():
+            say("stopping: stopping the running jobs now")
+            self.now.set()
+
+    def again_hint(self) -> str:
+        """How to ask a second time, in the words of the first asking."""
+        if self.signal == "SIGINT":
+            return "; press Ctrl-C again to stop them now"
+        if self.signal is not None:
+            return f"; send {self.signal} again to stop them now"
+        return ""
+
+
+def say(line: str) -> None:
+    """One line for whoever stopped the agent, on stderr at once, whatever
+    the log level: a stop that waits must say what for."""
+    print(line, file=sys.stderr, flush=True)
+
+
+def stopping_line(jobs: int, grace: float, hint: str) -> str:
+    if jobs == 0:
+        return "stopping: no job is running"
+    noun = "job" if jobs == 1 else "jobs"
+    return f"stopping: waiting for {jobs} running {noun}, up to {grace:g} s{hint}"
+
+
+async def run_agent(
+    config: Config,
+    roles: set[str],
+    stop: asyncio.Event | None = None,
+    ready: Callable[[], None] | None = None,
+) -> None:
+    """Run the roles until ``stop`` is set or SIGTERM/SIGINT arrives (see
+    the module docstring for what a first and a second signal do).
+    ``ready`` is called once every role runs and the API listens."""
+    _check_roles(config, roles)
+    requests = StopRequests(stop)
+    requests.install()
     _watch_children_with_pidfds()
     store = await EtcdStore.connect(config.etcd_options())
     keys, clock = Keys(config.prefix), SystemClock()
@@ -82,34 +144,66 @@ async def run_agent(config: Config, roles: set[str], stop: asyncio.Event | None 
         logs = DirLogStore(config.log_dir)
         logs.make_private()
         worker = None
-        tasks: list[asyncio.Task[None]] = []
+        tasks: dict[str, asyncio.Task[None]] = {}
         if "scheduler" in roles:
             renewal = renewer_factory(config)
             scheduler = SchedulerService(config, store, keys, clock, logs, renewal)
-            tasks.append(asyncio.create_task(scheduler.run(), name="scheduler"))
+            tasks["scheduler"] = asyncio.create_task(scheduler.run(), name="scheduler")
         if "worker" in roles:
             executor = make_executor(config)
             renewal = renewer_factory(config)
             worker = WorkerService(
                 config, store, keys, clock, executor, logs, None, renewal, ThreadStarter()
             )
-            tasks.append(asyncio.create_task(worker.run(), name="worker"))
+            tasks["worker"] = asyncio.create_task(worker.run(), name="worker")
         runner = None
         if "api" in roles:
             from etcdsched.api.app import serve_api
 
             runner = await serve_api(config, store, keys, clock, meta.partitions, logs)
         log.info("agent %s running roles %s", config.member_id, sorted(roles))
-        await _until_stopped(stop, tasks)
-        if worker is not None:
-            await worker.drain()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        if runner is not None:
-            await runner.cleanup()
+        if ready is not None:
+            ready()
+        await _until_stopped(requests.graceful, list(tasks.values()))
+        jobs = worker.started_jobs() if worker is not None else 0
+        say(stopping_line(jobs, config.shutdown_grace, requests.again_hint()))
+        await _stop_roles(requests, tasks, worker, runner)
     finally:
         await store.close()
+
+
+def _check_roles(config: Config, roles: set[str]) -> None:
+    unknown = roles - ROLES
+    if unknown or not roles:
+        raise ValueError(f"roles must be a non-empty subset of {sorted(ROLES)}")
+    if "worker" in roles and config.worker_tenants is None:
+        raise ValueError(
+            'a worker must say whose runs it takes: ETCDSCHED_WORKER_TENANTS=\'["team-a"]\''
+            ' (or \'["*"]\' for every tenant)'
+        )
+
+
+async def _stop_roles(
+    requests: StopRequests,
+    tasks: dict[str, asyncio.Task[None]],
+    worker: WorkerService | None,
+    runner: web.AppRunner | None,
+) -> None:
+    """The scheduler and the API stop at once, while the worker drains:
+    neither has anything to finish, and a scheduler that revokes its lease
+    now frees its partitions for the others now. The worker stops last."""
+    scheduler = tasks.pop("scheduler", None)
+    quick: list[asyncio.Future[None]] = []
+    if scheduler is not None:
+        scheduler.cancel()
+        quick.append(scheduler)
+    if runner is not None:
+        quick.append(asyncio.ensure_future(runner.cleanup()))
+    if worker is not None:
+        await worker.drain(requests.now)
+    for task in tasks.values():
+        task.cancel()
+    await asyncio.gather(*quick, *tasks.values(), return_exceptions=True)
 
 
 async def _until_stopped(stop: asyncio.Event, tasks: list[asyncio.Task[None]]) -> None:
@@ -120,18 +214,6 @@ async def _until_stopped(stop: asyncio.Event, tasks: list[asyncio.Task[None]]) -
     for task in done:
         if task is not waiter and task.exception() is not None:
             log.error("role %s crashed", task.get_name(), exc_info=task.exception())
-
-
-def _stop_on_signals() -> asyncio.Event:
-    """SIGTERM/SIGINT set the returned event. Only the main thread can take
-    signals: an agent run on another thread (embedded) is stopped through
-    the ``stop`` event of :func:`run_agent` instead."""
-    stop = asyncio.Event()
-    if threading.current_thread() is threading.main_thread():
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, stop.set)
-    return stop
 
 
 def start_embedded_etcd(data_dir: Path, client_port: int, peer_port: int) -> EtcdMember:
@@ -170,10 +252,27 @@ async def run_up(config: Config, data_dir: Path, etcd: str | None = None) -> Non
     config = config.model_copy(update={"etcd": etcd, **settings})
     try:
         await _ensure_admin_token(config, data_dir)
-        await run_agent(config, set(ROLES))
+        banner = up_banner(config, data_dir)
+        await run_agent(config, set(ROLES), ready=lambda: print(banner, flush=True))
     finally:
         if member is not None:
             member.stop()
+
+
+def up_banner(config: Config, data_dir: Path) -> str:
+    """What ``up`` prints on stdout once its API listens: where to point a
+    client, where its token and its data are, and how to stop it."""
+    scheme = "https" if config.api_tls_cert is not None else "http"
+    host = f"[{config.api_host}]" if ":" in config.api_host else config.api_host
+    token_file = data_dir / "admin.token"
+    token = str(token_file) if token_file.exists() else "none (see the log above)"
+    return (
+        f"etcdsched is up\n"
+        f"  API          {scheme}://{host}:{config.api_port}\n"
+        f"  admin token  {token}\n"
+        f"  data         {data_dir}\n"
+        f"  Ctrl-C stops it (running jobs get {config.shutdown_grace:g} s to finish)"
+    )
 
 
 async def _ensure_admin_token(config: Config, data_dir: Path) -> None:

@@ -9,7 +9,9 @@ of allowed moves are in :mod:`etcdsched.model.states`.
 
 An attempt that fails, times out or is lost moves the run to ``retry_wait``
 when the retry policy allows another attempt, and otherwise to the matching
-terminal state (``failed``, ``timed_out``, ``lost``).
+terminal state (``failed``, ``timed_out``, ``lost``). An attempt its worker
+stopped at shutdown (``interrupted``) is retried like a lost one, but at
+once: nothing went wrong with the job or the worker's host, so no backoff.
 """
 
 from __future__ import annotations
@@ -42,14 +44,22 @@ def backoff_ms(policy: RetryPolicy, attempt: int, run_id: str) -> int:
     return max(0, round((capped + spread) * 1000))
 
 
+INTERRUPTED_RETRIED_AS = "lost"
+"""The ``retry_on`` entry an ``interrupted`` attempt is retried under: like
+a lost one, its job was stopped from outside, through no fault of its own."""
+
+
 def retry_decision(
     run: RunRecord, outcome: str, now_ms: int, next_slot_ms: int | None = None
 ) -> int | None:
-    """When the next attempt may start, or ``None`` if the run must end now."""
+    """When the next attempt may start, or ``None`` if the run must end now.
+    An ``interrupted`` attempt (its worker stopped) may start again at once."""
     policy = run.spec.retry
-    if outcome not in policy.retry_on or run.attempt >= policy.max_attempts:
+    interrupted = outcome == "interrupted"
+    retried_as = INTERRUPTED_RETRIED_AS if interrupted else outcome
+    if retried_as not in policy.retry_on or run.attempt >= policy.max_attempts:
         return None
-    retry_at = now_ms + backoff_ms(policy, run.attempt, run.id)
+    retry_at = now_ms if interrupted else now_ms + backoff_ms(policy, run.attempt, run.id)
     if policy.stop_at_next_slot and next_slot_ms is not None and retry_at >= next_slot_ms:
         return None
     return retry_at

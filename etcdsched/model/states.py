@@ -18,7 +18,8 @@ class RunState(StrEnum):
     RUNNING = "running"
     """The worker holds a claim and the process was started."""
     RETRY_WAIT = "retry_wait"
-    """The last attempt failed, timed out or was lost; another is due at ``retry_at_ms``."""
+    """The last attempt failed, timed out, was lost or interrupted; another
+    is due at ``retry_at_ms``."""
     SUCCEEDED = "succeeded"
     """Terminal: the process exited 0."""
     FAILED = "failed"
@@ -27,6 +28,10 @@ class RunState(StrEnum):
     """Terminal: the attempt ran past its timeout and no retry is left."""
     LOST = "lost"
     """Terminal: the worker vanished (claim lease expired) and no retry is left."""
+    INTERRUPTED = "interrupted"
+    """Terminal: its worker was stopped on purpose (reason ``interrupted by
+    shutdown``) and no retry is left. Not ``lost``: the worker ended the job
+    and wrote the verdict itself, holding its lease."""
     CANCELLED = "cancelled"
     """Terminal: a client cancelled it (or ``cancel_previous`` overlap did)."""
     SKIPPED = "skipped"
@@ -43,6 +48,7 @@ TERMINAL = frozenset(
         RunState.FAILED,
         RunState.TIMED_OUT,
         RunState.LOST,
+        RunState.INTERRUPTED,
         RunState.CANCELLED,
         RunState.SKIPPED,
     }
@@ -69,6 +75,7 @@ TRANSITIONS: dict[RunState, frozenset[RunState]] = {
             RunState.FAILED,
             RunState.TIMED_OUT,
             RunState.LOST,
+            RunState.INTERRUPTED,  # its worker stopped it at shutdown, no retry left
             RunState.CANCELLED,
             RunState.RETRY_WAIT,
         }
@@ -81,6 +88,7 @@ OUTCOME_STATES = {
     "failed": RunState.FAILED,
     "timed_out": RunState.TIMED_OUT,
     "lost": RunState.LOST,
+    "interrupted": RunState.INTERRUPTED,
     "cancelled": RunState.CANCELLED,
     "succeeded": RunState.SUCCEEDED,
 }

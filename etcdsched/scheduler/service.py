@@ -190,7 +190,12 @@ class SchedulerService:
             await self.clock.sleep(0.5)
 
     async def _incarnation(self) -> None:
-        """One session: register, then balance partitions until it is lost."""
+        """One session: register, then balance partitions until it is lost.
+        Stopped (cancelled: the agent is stopping), it revokes its lease, so
+        its partitions are free for another scheduler at once instead of
+        after the TTL; after an error it lets the lease expire, as a crash
+        would, since it cannot tell what its last writes did."""
+        stopping = False
         try:
             self.session = await Session.open(
                 self.store, self.clock, self.config.lease_ttl, renew_store=self.renew_store
@@ -205,11 +210,14 @@ class SchedulerService:
         except EtcdschedError as exc:
             log.warning("scheduler %s: %s; starting a new session", self.member_id, exc)
             await self.clock.sleep(0.5)
+        except asyncio.CancelledError:
+            stopping = True
+            raise
         finally:
             await self._stop_all()
             self.ownership.forget_all()
             if self.session is not None and not self.session.lost:
-                await self.session.orphan()
+                await (self.session.close() if stopping else self.session.orphan())
 
     async def _register(self, session: Session) -> None:
         member = SchedulerMember(

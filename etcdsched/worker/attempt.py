@@ -160,7 +160,7 @@ class AttemptRunner(AttemptClaim):
 
     async def _run_attempt(self, held: Versioned[RunRecord], writer: LogWriter) -> Outcome:
         """Prepare the process, have it started at the instant, say so, and
-        wait for whichever comes first: exit, timeout, cancel, revoke, shutdown."""
+        wait for whichever comes first: exit, timeout, cancel, revoke, halt."""
         run = held.value
         starting = InstantStart(self.w, self.item, self.session)
         await starting.make_room()  # raises, room left, if the session is lost
@@ -285,14 +285,14 @@ class AttemptRunner(AttemptClaim):
         signals = {
             "cancelled": self.item.cancel,
             "revoked": self.item.revoked,
-            "shutdown": self.item.shutdown,
+            "interrupted": self.item.halt,
         }
         try:
             await wait_or_interrupt(exit_task, *signals.values(), timeout=timeout)
             if exit_task.done():
                 return _exit_outcome(exit_task.result())
             fired = next((name for name, flag in signals.items() if flag.is_set()), "timed_out")
-            await proc.stop(0 if fired == "revoked" else grace)
+            await proc.stop(_stop_grace(fired, grace))
             return _interrupt_outcome(fired, timeout)
         finally:
             exit_task.cancel()
@@ -307,11 +307,29 @@ def _exit_outcome(status: ExitStatus) -> tuple[str, int | None, str]:
     return "failed", None, f"killed by signal {status.signal}"
 
 
+SHUTDOWN_KILL_GRACE_S = 5.0
+"""At most this long between SIGTERM and SIGKILL of a job stopped because
+its worker is stopping: whoever stops the worker waited its shutdown grace
+already, or asked a second time to stop now."""
+INTERRUPTED_BY_SHUTDOWN = "interrupted by shutdown"
+
+
+def _stop_grace(fired: str, kill_grace: float) -> float:
+    """Seconds between SIGTERM and SIGKILL: none for a revoked attempt
+    (another may run it already), the job's ``kill_grace`` otherwise,
+    bounded for a worker that is stopping."""
+    if fired == "revoked":
+        return 0
+    if fired == "interrupted":
+        return min(kill_grace, SHUTDOWN_KILL_GRACE_S)
+    return kill_grace
+
+
 def _interrupt_outcome(fired: str, timeout: float | None) -> Outcome:
     if fired == "revoked":
         return None, None, ""
-    if fired == "shutdown":
-        return "lost", None, "worker shut down before the attempt finished"
+    if fired == "interrupted":
+        return "interrupted", None, INTERRUPTED_BY_SHUTDOWN
     if fired == "cancelled":
         return "cancelled", None, "cancelled by request"
     return "timed_out", None, f"ran past its timeout of {timeout:g}s"

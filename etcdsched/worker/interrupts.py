@@ -1,5 +1,5 @@
 """The one-way flags that interrupt an attempt on its worker (cancel,
-revoke, shutdown), and waiting for whichever comes first.
+revoke, shutdown, halt), and waiting for whichever comes first.
 
 Every attempt waits on all three at its gate, and a job's process on them
 as well. With ``asyncio.Event`` that took a task per flag per wait: three

@@ -31,8 +31,11 @@ class Running:
     revoked: Interrupt = field(default_factory=Interrupt)
     """Recovery took the assignment back (hung/lost): stop, never report."""
     shutdown: Interrupt = field(default_factory=Interrupt)
-    """This worker is shutting down: hand back if not started, else stop and
-    report ``lost`` so the retry policy reruns it elsewhere."""
+    """This worker is stopping: hand the attempt back if its job has not
+    started. A job already started runs on, within the shutdown grace."""
+    halt: Interrupt = field(default_factory=Interrupt)
+    """The shutdown grace ran out, or a second signal asked to stop now:
+    stop the started job and report it ``interrupted`` (retried at once)."""
     process: Process | None = None
     """Set once the job is prepared (forked behind its gate)."""
     started: bool = False

@@ -265,12 +265,14 @@ class WorkerService:
             if assignment.cancel:
                 item.cancel.set()
             return
-        if self.draining or self.session is None:
+        if self.session is None or not self.session.holds():
             return
         task = asyncio.create_task(self._handle(assignment), name=f"run {rid}")
         self.running[rid] = Running(assignment, task, event.kv.mod_revision)
         if assignment.cancel:
             self.running[rid].cancel.set()
+        if self.draining:  # placed before the scheduler saw us draining: straight back
+            self.running[rid].shutdown.set()
 
     async def _handle(self, assignment: Assignment) -> None:
         item = self.running[assignment.run_id]
@@ -297,20 +299,53 @@ class WorkerService:
         START_LAG.observe(max(0, lag_ms) / 1000)
 
     # -- graceful shutdown -----------------------------------------------------
-    async def drain(self) -> None:
-        """SIGTERM: take nothing new, let running attempts finish within the
-        grace period, hand back the ones not started, then stop the rest."""
+    def started_jobs(self) -> int:
+        """Jobs whose process has started here: what a graceful stop waits for."""
+        return sum(1 for item in self.running.values() if item.started)
+
+    async def drain(self, stop_now: asyncio.Event | None = None) -> None:
+        """Stop gracefully (the agent's first SIGTERM/SIGINT). Take nothing
+        new: the member record says ``draining``, so placement passes this
+        worker by, and what arrives anyway is handed back. Hand back every
+        attempt whose job has not started (``pending`` again, no attempt
+        used). Let started jobs finish within ``shutdown_grace``, or until
+        ``stop_now`` is set (a second signal); then stop the rest, which
+        report ``interrupted`` while our claims still stand, so their runs
+        are retried at once. Only then revoke the lease: member, epoch and
+        claims go together, and recovery finds nothing left to judge."""
         self.draining = True
-        if self.session is not None and not self.session.lost:
+        if self.session is not None and self.session.holds():
             await self._register(self.session)
         for item in self.running.values():
-            if not item.started:
-                item.shutdown.set()
-        tasks = [i.task for i in self.running.values()]
-        if tasks:
-            await asyncio.wait(tasks, timeout=self.config.shutdown_grace)
-        for item in list(self.running.values()):
             item.shutdown.set()
+        if not await self._jobs_finished(stop_now or asyncio.Event()):
+            stopping = sorted(rid for rid, item in self.running.items() if item.started)
+            log.warning(
+                "worker %s: stopping %d running job(s) now: %s",
+                self.member_id,
+                len(stopping),
+                ", ".join(stopping[:10]),
+            )
+        for item in list(self.running.values()):
+            item.halt.set()
         await asyncio.gather(*(i.task for i in self.running.values()), return_exceptions=True)
         if self.session is not None:
             await self.session.close()
+
+    async def _jobs_finished(self, stop_now: asyncio.Event) -> bool:
+        """Wait until no attempt is left, the grace is over, or ``stop_now``
+        is set; whether none was left. Attempts that arrive meanwhile (and
+        are handed back) are waited for too."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.shutdown_grace
+        now = asyncio.create_task(stop_now.wait())
+        try:
+            while self.running and not now.done():
+                left = deadline - loop.time()
+                if left <= 0:
+                    break
+                tasks = [item.task for item in self.running.values()]
+                await asyncio.wait([*tasks, now], timeout=left, return_when="FIRST_COMPLETED")
+        finally:
+            now.cancel()
+        return not self.running

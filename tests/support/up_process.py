@@ -35,18 +35,37 @@ class Tour:
         self.api_port = api
         self.procs: list[subprocess.Popen[bytes]] = []
 
-    def spawn(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-        log = (self.workdir / f"proc-{len(self.procs)}.log").open("wb")
+    def spawn(
+        self, *args: str, env: dict[str, str] | None = None, stderr_apart: bool = False
+    ) -> subprocess.Popen[bytes]:
+        """Start ``etcdsched <args>``; its output goes to ``proc-<n>.log``,
+        and with ``stderr_apart`` its stderr to ``proc-<n>.err`` (read them
+        with :meth:`stdout` and :meth:`stderr`)."""
+        n = len(self.procs)
+        log = (self.workdir / f"proc-{n}.log").open("wb")
+        err = (self.workdir / f"proc-{n}.err").open("wb") if stderr_apart else subprocess.STDOUT
         proc = subprocess.Popen(
             [sys.executable, "-m", "etcdsched", *args],
             cwd=self.workdir,
             env={**self.env, **(env or {})},
             stdout=log,
-            stderr=subprocess.STDOUT,
+            stderr=err,
             start_new_session=True,
         )
         self.procs.append(proc)
         return proc
+
+    def stdout(self, proc: subprocess.Popen[bytes]) -> str:
+        """What ``proc`` wrote so far to stdout (and stderr, unless kept apart)."""
+        return self._read(proc, "log")
+
+    def stderr(self, proc: subprocess.Popen[bytes]) -> str:
+        """What ``proc``, spawned with ``stderr_apart``, wrote so far to stderr."""
+        return self._read(proc, "err")
+
+    def _read(self, proc: subprocess.Popen[bytes], suffix: str) -> str:
+        path = self.workdir / f"proc-{self.procs.index(proc)}.{suffix}"
+        return path.read_text(errors="replace") if path.exists() else ""
 
     def cli(self, *args: str) -> str:
         """The CLI as the README's user runs it, with the URL of this ``up``
@@ -76,12 +95,19 @@ class Tour:
             return False
 
     def close(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGCONT)
-                proc.terminate()
-        for proc in self.procs:
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        """SIGTERM each process still running; a second SIGTERM to any
+        still waiting for its jobs after 2 s (an agent then stops them
+        now), SIGKILL after 20 s."""
+        live = [proc for proc in self.procs if proc.poll() is None]
+        for proc in live:
+            os.killpg(proc.pid, signal.SIGCONT)
+            proc.terminate()
+        for second in (False, True):
+            for proc in live:
+                try:
+                    proc.wait(18 if second else 2)
+                except subprocess.TimeoutExpired:
+                    if second:
+                        proc.kill()
+                    else:
+                        proc.terminate()
