@@ -136,7 +136,9 @@ async def serve_api(
     jobs = JobService(store, keys, clock, partitions)
     services = ApiServices(store, keys, clock, partitions, jobs, log_reader)
     tls = api_tls(config)
-    runner = web.AppRunner(make_app(services, config), access_log=None)
+    # in-flight requests (a log follow streams for as long as its run) get
+    # 2 s at a stop, not aiohttp's 60: an agent stops promptly
+    runner = web.AppRunner(make_app(services, config), access_log=None, shutdown_timeout=2.0)
     await runner.setup()
     site = web.TCPSite(runner, config.api_host, config.api_port, ssl_context=tls)
     try:

@@ -23,9 +23,10 @@ from etcdsched.api.schemas import RunView
 from etcdsched.cli.warnings import RepeatedWarnings
 from etcdsched.client import Client
 from etcdsched.model.errors import StoreUnavailable
+from etcdsched.model.states import RunState
 
 SPINNER = "|/-\\"
-TERMINAL = {"succeeded", "failed", "timed_out", "lost", "cancelled", "skipped"}
+TERMINAL = {state.value for state in RunState if state.terminal}
 TRANSIENT = (aiohttp.ClientError, asyncio.TimeoutError, StoreUnavailable)
 """Failures a later poll may not meet: the API restarting, etcd failing over."""
 

@@ -106,7 +106,7 @@ class Cluster:
         return dict(found[0])
 
 
-TERMINAL = {"succeeded", "failed", "timed_out", "lost", "cancelled", "skipped"}
+TERMINAL = {"succeeded", "failed", "timed_out", "lost", "interrupted", "cancelled", "skipped"}
 
 
 @contextlib.contextmanager
