@@ -239,7 +239,9 @@ async def run_up(config: Config, data_dir: Path, etcd: str | None = None) -> Non
     member = None
     data_dir.mkdir(parents=True, exist_ok=True)
     data_dir.chmod(0o700)  # the agent's alone: etcd, tokens, passwords, logs
-    settings: dict[str, object] = {"log_dir": data_dir / "logs"}
+    settings: dict[str, object] = {}
+    if "log_dir" not in config.model_fields_set:  # a log dir set by flag, env or file wins
+        settings["log_dir"] = data_dir / "logs"
     if config.worker_tenants is None:
         settings["worker_tenants"] = ["*"]  # one user's laptop: every tenant
     if etcd is None:
