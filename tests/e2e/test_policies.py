@@ -255,7 +255,7 @@ async def test_cancel_previous_cancels_each_run_at_the_next_slot_not_a_lead_earl
         attempt = previous.attempts[-1]
         assert attempt.ended_ms is not None and "superseded by slot" in attempt.reason, attempt
         print(f"cancelled {attempt.ended_ms - newer.not_before_ms:+d} ms from the next slot")
-        assert abs(attempt.ended_ms - newer.not_before_ms) <= 300, (attempt, newer.not_before_ms)
+        assert abs(attempt.ended_ms - newer.not_before_ms) <= 100, (attempt, newer.not_before_ms)
     await services.jobs.delete(job.id)
 
 
