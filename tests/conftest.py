@@ -12,6 +12,7 @@ pytest_plugins = [
     "tests.support.etcd_fixtures",
     "tests.support.store_fixtures",
     "tests.support.services",
+    "tests.support.seaweed",
 ]
 
 # How long a finished test's tasks get to wind down before they count as leaked.

@@ -3,8 +3,9 @@
 A log belongs to one *attempt* of a run: a retry gets a fresh log, so a
 reader can tell which execution printed what. :class:`LogStore` is the
 interface the worker (writes), the API (reads, follows) and retention
-(archives, deletes) use; :class:`DirLogStore` keeps everything under one
-directory, which suits ``etcdsched up`` and a shared volume::
+(archives, deletes) use. :class:`DirLogStore` keeps everything under one
+directory, which suits ``etcdsched up`` and a shared volume (the object
+store is :mod:`etcdsched.logs.s3`)::
 
     <root>/<job_id>/archive.jsonl                  finished runs pruned from etcd
     <root>/<job_id>/<run_seq>/attempt-<n>.log      raw bytes, stdout and stderr interleaved
@@ -17,6 +18,9 @@ attempt whose worker died never completes its log, so whoever follows such a
 log must stop on the run record's state, not on the log. Logs written
 by earlier builds were complete when ``attempt-<n>.done`` existed beside
 them; readers still honour that marker.
+
+An archive is bounded (``ARCHIVE_KEEP_BYTES``): retention appends to it for
+as long as a job lives, and before the bound it grew without end.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from pathlib import Path
 from typing import BinaryIO, Protocol
 
 from etcdsched.model.errors import InvalidInput, NotFound
-from etcdsched.store.keys import KeyError_, parse_run_id, validate_job_id
+from etcdsched.store.keys import KeyError_, RunRef, parse_run_id, validate_job_id
 
 log = logging.getLogger(__name__)
 READ_LIMIT = 1 << 20
@@ -50,7 +54,49 @@ COMPLETE_MODE = 0o400
 ROOT_MODE = 0o700
 """The log root: nothing below it is reachable by any other user."""
 
+ARCHIVE_KEEP_BYTES = 8 << 20
+"""An archive is cut back to its newest ``ARCHIVE_KEEP_BYTES`` (whole
+lines) when it grows past twice that: bounded disk per job, at least the
+last several thousand trimmed runs kept, and a cut costs one rewrite per
+``ARCHIVE_KEEP_BYTES`` appended."""
+
 Poll = Callable[[float], Awaitable[None]]
+
+
+def check_run_id(run_id: str) -> RunRef:
+    """The run id's parts, or :class:`InvalidInput` (every store checks ids
+    the same way: callers pass ids from requests straight through)."""
+    try:
+        return parse_run_id(run_id)
+    except KeyError_ as error:
+        raise InvalidInput(str(error), field="run_id") from error
+
+
+def check_job_id(job_id: str) -> str:
+    try:
+        return validate_job_id(job_id)
+    except KeyError_ as error:
+        raise InvalidInput(str(error), field="job_id") from error
+
+
+def check_attempt(attempt: int) -> int:
+    if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
+        raise InvalidInput("attempt must be a positive integer", field="attempt")
+    return attempt
+
+
+def check_window(offset: int, limit: int) -> int:
+    """The limit a read may use, once offset and limit are checked."""
+    if offset < 0:
+        raise InvalidInput("offset must not be negative", field="offset")
+    if limit < 1:
+        raise InvalidInput("limit must be positive", field="limit")
+    return min(limit, READ_LIMIT)
+
+
+def check_archive_lines(lines: list[str]) -> None:
+    if any("\n" in line or "\r" in line for line in lines):
+        raise InvalidInput("archive lines must not contain newlines", field="lines")
 
 
 @dataclass(frozen=True)
@@ -76,6 +122,13 @@ class LogWriter(Protocol):
     def write(self, data: bytes) -> None: ...
 
     def close(self) -> None: ...
+
+    async def aclose(self) -> None:
+        """``close``, then wait until readers on any host see the log
+        complete (an object store uploads the rest first). The worker awaits
+        this before it reports the attempt, so a follower that stops at the
+        run's end has the whole log."""
+        ...
 
 
 class LogStore(Protocol):
@@ -125,6 +178,11 @@ class LogStore(Protocol):
 
     async def delete(self, run_id: str) -> None:
         """Remove every attempt's log of a run; a run without logs is fine."""
+        ...
+
+    async def aclose(self) -> None:
+        """Finish what writers left to upload (briefly) and release
+        connections: the agent awaits this once, at shutdown."""
         ...
 
 
@@ -187,12 +245,17 @@ class DirLogWriter:
                     log.warning("cannot mark the log %s complete: %s", self._path, error)
                 self._file.close()
 
+    async def aclose(self) -> None:
+        """A local file is complete the moment it is closed."""
+        self.close()
+
 
 class DirLogStore:
     """A :class:`LogStore` in a local (or shared) directory; layout in the module doc."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, archive_keep_bytes: int = ARCHIVE_KEEP_BYTES) -> None:
         self.root = Path(root)
+        self.archive_keep_bytes = archive_keep_bytes
         self._archive_lock = threading.Lock()
 
     def make_private(self) -> None:
@@ -208,14 +271,11 @@ class DirLogStore:
     async def read(
         self, run_id: str, attempt: int | None = None, offset: int = 0, limit: int = READ_LIMIT
     ) -> LogChunk:
-        if offset < 0:
-            raise InvalidInput("offset must not be negative", field="offset")
-        if limit < 1:
-            raise InvalidInput("limit must be positive", field="limit")
+        limit = check_window(offset, limit)
         if attempt is None:
             attempt = await self._latest_attempt(run_id)
         log, old_marker = self._attempt_paths(run_id, attempt)
-        return _read_chunk(log, old_marker, attempt, offset, min(limit, READ_LIMIT))
+        return _read_chunk(log, old_marker, attempt, offset, limit)
 
     async def follow(
         self,
@@ -244,8 +304,12 @@ class DirLogStore:
         return sorted(int(match.group(1)) for match in found if match)
 
     async def archive(self, job_id: str, lines: list[str]) -> None:
-        if any("\n" in line or "\r" in line for line in lines):
-            raise InvalidInput("archive lines must not contain newlines", field="lines")
+        """Append, and cut the archive back when it outgrew its bound (see
+        ``ARCHIVE_KEEP_BYTES``). The cut rewrites the file and renames the
+        copy over it: a line another host appends to the same file meanwhile
+        (two schedulers during a partition hand-over) can be lost, which an
+        archive, a best-effort history beside the logs, can afford."""
+        check_archive_lines(lines)
         if not lines:
             return
         path = self._job_dir(job_id) / ARCHIVE_NAME
@@ -254,9 +318,15 @@ class DirLogStore:
             path.parent.mkdir(parents=True, exist_ok=True)
             with open(path, "ab", buffering=0) as file:
                 file.write(payload)
+                size = os.fstat(file.fileno()).st_size
+            if size > 2 * self.archive_keep_bytes:
+                _cut_archive(path, self.archive_keep_bytes)
 
     async def delete(self, run_id: str) -> None:
         shutil.rmtree(self._run_dir(run_id), ignore_errors=True)
+
+    async def aclose(self) -> None:
+        """Nothing is pending: every write reached the file when it was made."""
 
     async def _latest_attempt(self, run_id: str) -> int:
         numbers = await self.attempts(run_id)
@@ -266,24 +336,16 @@ class DirLogStore:
 
     def _attempt_paths(self, run_id: str, attempt: int) -> tuple[Path, Path]:
         """The attempt's log, and where an earlier build marked it complete."""
-        if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
-            raise InvalidInput("attempt must be a positive integer", field="attempt")
+        check_attempt(attempt)
         run_dir = self._run_dir(run_id)
         return run_dir / f"attempt-{attempt}.log", run_dir / f"attempt-{attempt}.done"
 
     def _run_dir(self, run_id: str) -> Path:
-        try:
-            ref = parse_run_id(run_id)
-        except KeyError_ as error:
-            raise InvalidInput(str(error), field="run_id") from error
+        ref = check_run_id(run_id)
         return self._inside_root(ref.job_id, ref.seq)
 
     def _job_dir(self, job_id: str) -> Path:
-        try:
-            validate_job_id(job_id)
-        except KeyError_ as error:
-            raise InvalidInput(str(error), field="job_id") from error
-        return self._inside_root(job_id)
+        return self._inside_root(check_job_id(job_id))
 
     def _inside_root(self, *parts: str) -> Path:
         """Belt and braces against path traversal: the id patterns already
@@ -323,3 +385,17 @@ def _read_chunk(path: Path, old_marker: Path, attempt: int, offset: int, limit: 
         raise NotFound(f"no log for attempt {attempt}", field="attempt") from None
     next_offset = offset + len(data)
     return LogChunk(data, next_offset, closed and next_offset >= size, attempt)
+
+
+def _cut_archive(path: Path, keep_bytes: int) -> None:
+    """Keep the newest whole lines that fit in ``keep_bytes``: written to a
+    copy renamed over the archive, so a reader sees the old or the new file."""
+    data = path.read_bytes()
+    tail = data[-keep_bytes:]
+    if len(tail) < len(data) and data[-keep_bytes - 1 : -keep_bytes] != b"\n":
+        cut = tail.find(b"\n")  # drop the partial first line (all, if it is one line)
+        tail = tail[cut + 1 :] if cut >= 0 else b""
+    copy = path.with_name(f".{path.name}.cut")
+    with open(copy, "wb") as file:
+        file.write(tail)
+    os.replace(copy, path)

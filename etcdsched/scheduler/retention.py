@@ -1,6 +1,9 @@
 """History retention: finished runs beyond a job's ``retention.keep_last``,
-or older than ``retention.max_age``, leave etcd; each is first appended as a
-JSON line to ``<log dir>/<job>/archive.jsonl`` beside the logs.
+or older than ``retention.max_age``, leave etcd, and so do their logs. Each
+is first appended as a JSON line to the job's archive in the log store
+(``<log dir>/<job>/archive.jsonl`` for a directory), which the store keeps
+bounded (``etcdsched.logs.store.ARCHIVE_KEEP_BYTES``). A deleted job keeps
+nothing: all its finished runs go at its next trim.
 
 The partition owner learns which jobs just finished a run from deletions in
 its active-pointer cache and trims only those jobs: no scan of the history
@@ -8,31 +11,62 @@ of every job. A run is deleted with a compare on its ``mod_revision``, so a
 run that changed meanwhile (it cannot, once terminal, but the compare makes
 that an invariant) is left alone.
 
-Archive first, delete second: a run is never lost between the two, but it
-can be archived twice (a sweep cut off after archiving, or the old and the
-new owner of a partition both sweeping during a hand-over). Readers of an
-archive take the last line of each run id.
+Archive first, then the record, then the logs. Archive before the record:
+a run is never lost between the two, but it can be archived twice (a sweep
+cut off after archiving, or the old and the new owner of a partition both
+sweeping during a hand-over); readers of an archive take the last line of
+each run id. The record before the logs: a run the API still lists never
+lacks its log (the other order would show an empty log for a run whose
+delete failed its compare or whose scheduler died in between). What this
+order risks is a log without a run: the logs are deleted from a queue, a
+grace after the run ended (``LOG_DELETE_GRACE_MS``: its writer may still be
+uploading), and retried at later sweeps while the store refuses; only a
+scheduler that stops with some still queued leaves orphan logs behind
+(invisible, and cleaned up by an age rule on the store, docs/operations.md
+"Log store").
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections import deque
 
 from etcdsched.logs.store import LogStore
 from etcdsched.model.errors import EtcdschedError
 from etcdsched.model.records import RunRecord
 from etcdsched.store.keys import Keys
-from etcdsched.store.kv import Cmp, Event, Ops, Store
+from etcdsched.store.kv import KV, Cmp, Event, Ops, Store
 
 log = logging.getLogger(__name__)
 SLACK = 0.1  # trim only when 10% over keep_last: amortises the listing
+LOG_DELETE_TIMEOUT = 5.0
+"""The longest one run's log deletion may hold up a sweep (the sweep runs
+in the partition's tend loop, beside recovery)."""
+LOG_DELETE_GRACE_MS = 120_000
+"""A run's logs are deleted no sooner than this after it ended: its writer
+may still be uploading the last bytes (an object-store writer's close is
+not awaited by every caller, and it retries for up to a minute), and a
+deletion before that upload would leave the upload behind, orphaned. Runs
+trimmed are mostly older than this; only a small ``keep_last`` on a busy
+job makes its logs wait."""
+MAX_PENDING_LOG_DELETES = 100_000
+"""Run ids whose logs are still to delete, kept across sweeps while the log
+store refuses; beyond this the oldest are given up (their logs stay)."""
 
 
 class RetentionSweeper:
-    def __init__(self, store: Store, keys: Keys, logs: LogStore | None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        keys: Keys,
+        logs: LogStore | None,
+        log_delete_grace_ms: int = LOG_DELETE_GRACE_MS,
+    ) -> None:
         self.store = store
         self.keys = keys
         self.logs = logs
+        self.log_delete_grace_ms = log_delete_grace_ms
         self.dirty: set[str] = set()
         self.deleted = 0
         self._ended: dict[str, int] = {}
@@ -40,6 +74,10 @@ class RetentionSweeper:
         self._trim_after: dict[str, int] = {}
         """How many must end before the job is worth trimming again: a
         trim costs two reads, and a busy job ends runs every second."""
+        self.log_deletes: deque[tuple[int, str]] = deque()
+        """Runs whose records are gone and whose logs are not yet: when
+        their logs may go (ms), and the run id."""
+        self._trimming: set[str] = set()
 
     def on_active_event(self, event: Event) -> None:
         """Active-pointer cache hook: a deleted pointer = a run just ended."""
@@ -48,20 +86,43 @@ class RetentionSweeper:
             self.dirty.add(ref.job_id)
             self._ended[ref.job_id] = self._ended.get(ref.job_id, 0) + 1
 
+    def on_job_deleted(self, job_id: str) -> None:
+        """The job is gone: trim it at the next sweep whatever its count,
+        which then finds it gone and keeps none of its finished runs. (A
+        deleted job's runs still going end later, and each end trims again.)"""
+        self.dirty.add(job_id)
+        self._ended[job_id] = max(self._ended.get(job_id, 0), self._trim_after.get(job_id, 1))
+
     async def sweep(self, now_ms: int) -> int:
+        """Trim the dirty jobs, then delete queued logs. Every partition's
+        tend loop sweeps this one sweeper, so sweeps overlap: a job that
+        another sweep is trimming waits for the next sweep (two trims of one
+        job would each count its runs before the other deleted some, and
+        together keep fewer than ``keep_last``)."""
         removed = 0
+        busy = set()
         while self.dirty:
             job_id = self.dirty.pop()
+            if job_id in self._trimming:
+                busy.add(job_id)
+                continue
             if self._ended.get(job_id, 0) < self._trim_after.get(job_id, 1):
                 continue
+            self._trimming.add(job_id)
             try:
                 removed += await self.trim(job_id, now_ms)
             except EtcdschedError as exc:
                 log.warning("retention of %s failed: %s", job_id, exc)
+            finally:
+                self._trimming.discard(job_id)
+        self.dirty |= busy
+        await self.delete_logs(now_ms)
         self.deleted += removed
         return removed
 
     async def trim(self, job_id: str, now_ms: int) -> int:
+        """Archive and delete the job's runs over its retention; their logs
+        are queued for :meth:`delete_logs`. Returns how many runs went."""
         prefix = self.keys.runs_prefix(job_id)
         self._ended[job_id] = 0
         counted = await self.store.range(prefix, count_only=True)
@@ -69,10 +130,12 @@ class RetentionSweeper:
         if not page.kvs:
             return 0
         retention = page.kvs[0].decode(RunRecord).value.spec.retention
-        slack = max(1, int(retention.keep_last * SLACK))
-        self._trim_after[job_id] = 1 if retention.max_age is not None else slack
-        over = counted.count - retention.keep_last
-        if retention.max_age is None and over <= retention.keep_last * SLACK:
+        gone = await self.store.get(self.keys.job(job_id)) is None
+        keep = 0 if gone else retention.keep_last
+        slack = max(1, int(keep * SLACK))
+        self._trim_after[job_id] = 1 if gone or retention.max_age is not None else slack
+        over = counted.count - keep
+        if retention.max_age is None and over <= keep * SLACK:
             return 0
         oldest = await self.store.range(prefix, limit=max(over, 0) or counted.count)
         cutoff = now_ms - retention.max_age.total_seconds() * 1000 if retention.max_age else None
@@ -87,6 +150,37 @@ class RetentionSweeper:
             return 0
         if self.logs is not None:
             await self.logs.archive(job_id, [run.model_dump_json() for _, run in victims])
-        for kv, _ in victims:
-            await self.store.txn([Cmp.mod(kv.key, kv.mod_revision)], [Ops.delete(kv.key)])
-        return len(victims)
+        return await self._delete_runs(victims)
+
+    async def _delete_runs(self, victims: list[tuple[KV, RunRecord]]) -> int:
+        """Each record with its compare; the logs of those deleted are queued."""
+        removed = 0
+        for kv, run in victims:
+            result = await self.store.txn([Cmp.mod(kv.key, kv.mod_revision)], [Ops.delete(kv.key)])
+            if result.succeeded:
+                removed += 1
+                if self.logs is not None:
+                    self.log_deletes.append((run.updated_ms + self.log_delete_grace_ms, run.id))
+        overflow = len(self.log_deletes) - MAX_PENDING_LOG_DELETES
+        if overflow > 0:
+            log.warning("retention gives up deleting the logs of %d runs", overflow)
+            for _ in range(overflow):
+                self.log_deletes.popleft()
+        return removed
+
+    async def delete_logs(self, now_ms: int) -> None:
+        """Delete the queued runs' logs (every attempt) whose grace is over,
+        in queue order. The first failure ends this round and the rest wait
+        for the next sweep: a log store that is down costs a sweep one
+        ``LOG_DELETE_TIMEOUT``."""
+        if self.logs is None:
+            self.log_deletes.clear()
+            return
+        while self.log_deletes and self.log_deletes[0][0] <= now_ms:
+            due = self.log_deletes.popleft()  # taken: an overlapping sweep takes the next
+            try:
+                await asyncio.wait_for(self.logs.delete(due[1]), LOG_DELETE_TIMEOUT)
+            except (EtcdschedError, OSError, TimeoutError) as exc:
+                log.warning("logs of %s not deleted yet: %s", due[1], exc)
+                self.log_deletes.appendleft(due)
+                return

@@ -1,4 +1,6 @@
-"""DirLogStore: one file per attempt, read-only once complete, follow with an injected poll."""
+"""DirLogStore: one file per attempt, read-only once complete, follow with an injected poll,
+a bounded archive; and which store a log store URL names. (The contract both stores
+meet is tested against both in tests/integration/test_s3_logstore.py.)"""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from etcdsched.logs.factory import log_store_from_url
 from etcdsched.logs.store import READ_LIMIT, DirLogStore, Poll
 from etcdsched.model.errors import InvalidInput, NotFound
 
@@ -265,3 +268,83 @@ async def test_a_lazy_writer_touches_nothing_until_it_writes(
     assert (chunk.data, chunk.complete) == (b"hello\n", False)
     chatty.close()
     assert (await store.read(RUN, 2)).complete
+
+
+async def test_an_archive_past_twice_its_bound_keeps_its_newest_whole_lines(
+    tmp_path: Path,
+) -> None:
+    store = DirLogStore(tmp_path / "logs", archive_keep_bytes=100)
+    lines = [json.dumps({"id": i, "pad": "x" * 20}) for i in range(30)]  # 41-42 bytes a line
+    for line in lines:
+        await store.archive("job-1", [line])
+    archive = tmp_path / "logs" / "job-1" / "archive.jsonl"
+    kept = archive.read_text().splitlines()
+    assert 2 <= len(kept) <= 4  # cut to at most 100 bytes whenever past 200
+    assert kept == lines[-len(kept) :]
+    assert not list(archive.parent.glob(".*"))  # the cut's copy was renamed over it
+
+
+async def test_a_single_line_larger_than_the_bound_is_not_kept_in_part(tmp_path: Path) -> None:
+    store = DirLogStore(tmp_path / "logs", archive_keep_bytes=10)
+    await store.archive("job-1", [json.dumps({"pad": "y" * 40})])
+    assert (tmp_path / "logs" / "job-1" / "archive.jsonl").read_text() == ""
+
+
+async def test_aclose_of_a_directory_writer_completes_its_log(store: DirLogStore) -> None:
+    writer = store.open_writer(RUN, 1)
+    writer.write(b"x\n")
+    await writer.aclose()
+    assert (await store.read(RUN, 1)).complete
+    await store.aclose()
+
+
+# -- which store a URL names -----------------------------------------------------
+def test_a_path_or_file_url_is_a_directory_store(tmp_path: Path) -> None:
+    default = log_store_from_url("", tmp_path)
+    named = log_store_from_url(str(tmp_path / "a"), tmp_path, endpoint_url=None)
+    as_url = log_store_from_url(f"file://{tmp_path}/b%20c", tmp_path, region="eu")
+    stores = [default, named, as_url]
+    assert all(isinstance(store, DirLogStore) for store in stores)
+    assert [store.root for store in stores if isinstance(store, DirLogStore)] == [
+        tmp_path,
+        tmp_path / "a",
+        tmp_path / "b c",
+    ]
+
+
+def test_an_s3_url_is_an_object_store_with_its_options(tmp_path: Path) -> None:
+    from etcdsched.logs.s3 import S3LogStore
+
+    (tmp_path / "ak").write_text("AK\n")
+    (tmp_path / "sk").write_text("SK\n")
+    store = log_store_from_url(
+        "s3://bucket/some/prefix/",
+        tmp_path,
+        endpoint_url="http://127.0.0.1:9",
+        access_key_file=str(tmp_path / "ak"),
+        secret_key_file=str(tmp_path / "sk"),
+        region=None,
+    )
+    assert isinstance(store, S3LogStore)
+    assert (store.bucket.name, store.prefix) == ("bucket", "some/prefix/")
+    assert store.bucket.options.credentials() == ("AK", "SK")
+    bare = log_store_from_url("s3://bucket", tmp_path)
+    assert isinstance(bare, S3LogStore) and bare.prefix == ""
+
+
+@pytest.mark.parametrize(
+    ("url", "options"),
+    [
+        ("s3:///prefix", {}),
+        ("http://host/logs", {}),
+        ("file://elsewhere/logs", {}),
+        ("s3://bucket", {"no_such_option": 1}),
+        ("s3://bucket", {"access_key_file": "/a"}),  # without its secret
+        ("s3://bucket", {"addressing_style": "sideways"}),
+    ],
+)
+def test_bad_log_store_urls_and_options_are_refused(
+    tmp_path: Path, url: str, options: dict[str, object]
+) -> None:
+    with pytest.raises(InvalidInput):
+        log_store_from_url(url, tmp_path, **options)
