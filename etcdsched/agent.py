@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from etcdsched.config import Config
+from etcdsched.logs.factory import log_store_from_url
 from etcdsched.logs.store import DirLogStore
 from etcdsched.model.errors import Conflict
 from etcdsched.runtime.clock import SystemClock
@@ -141,8 +142,9 @@ async def run_agent(
     keys, clock = Keys(config.prefix), SystemClock()
     try:
         meta = await ensure_cluster(store, keys, config.partitions, clock.now_ms())
-        logs = DirLogStore(config.log_dir)
-        logs.make_private()
+        logs = log_store_from_url(config.log_store, config.log_dir, **config.log_store_options())
+        if isinstance(logs, DirLogStore):
+            logs.make_private()
         worker = None
         tasks: dict[str, asyncio.Task[None]] = {}
         if "scheduler" in roles:
@@ -168,6 +170,7 @@ async def run_agent(
         jobs = worker.started_jobs() if worker is not None else 0
         say(stopping_line(jobs, config.shutdown_grace, requests.again_hint()))
         await _stop_roles(requests, tasks, worker, runner)
+        await logs.aclose()  # the last chunks of an object store's logs go up
     finally:
         await store.close()
 

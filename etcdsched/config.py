@@ -10,7 +10,7 @@ import os
 import socket
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import Field, model_validator
@@ -180,6 +180,22 @@ class Config(BaseSettings):
     executor: str = Field("process", description="'process', or 'noop' for benchmarks.")
     shutdown_grace: float = Field(30.0, ge=0)
     log_dir: Path = Path(".etcdsched/logs")
+    log_store: str = Field(
+        "",
+        description="Where run logs live: empty (LOG_DIR), a directory, file:///path, or"
+        " s3://bucket/prefix (docs/operations.md, 'Log store').",
+    )
+    log_s3_endpoint_url: str | None = Field(
+        None, description="S3 endpoint (e.g. http://127.0.0.1:8333); default: AWS's."
+    )
+    log_s3_region: str | None = None
+    log_s3_access_key_file: Path | None = Field(
+        None, description="File holding the S3 access key id (default: AWS_* variables)."
+    )
+    log_s3_secret_key_file: Path | None = Field(
+        None, description="File holding the S3 secret key (with the access key file)."
+    )
+    log_s3_addressing_style: Literal["auto", "path", "virtual"] = "auto"
     worker_run_as: dict[str, str] = Field(
         default_factory=dict,
         description="Tenant -> user its jobs run as when the worker is root ('*': every"
@@ -228,6 +244,16 @@ class Config(BaseSettings):
                 f" ({self.lookahead_ms})"
             )
         return self
+
+    def log_store_options(self) -> dict[str, object]:
+        """The S3 options of ``log_store_from_url`` (a directory store ignores them)."""
+        return {
+            "endpoint_url": self.log_s3_endpoint_url,
+            "region": self.log_s3_region,
+            "access_key_file": self.log_s3_access_key_file,
+            "secret_key_file": self.log_s3_secret_key_file,
+            "addressing_style": self.log_s3_addressing_style,
+        }
 
     def etcd_options(self) -> EtcdOptions:
         return EtcdOptions(

@@ -187,6 +187,11 @@ class S3LogStore:
         if objects:
             await self.bucket.delete([obj.key for obj in objects])
 
+    async def forget_job(self, job_id: str) -> None:
+        objects = await self.bucket.list_all(f"{self._job_prefix(job_id)}{ARCHIVE_DIR}")
+        if objects:
+            await self.bucket.delete([obj.key for obj in objects])
+
     async def aclose(self) -> None:
         """Close the writers still open (nothing more will be written
         through this store), let them finish their uploads (at most

@@ -26,6 +26,7 @@ as long as a job lives, and before the bound it grew without end.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import re
@@ -180,6 +181,10 @@ class LogStore(Protocol):
         """Remove every attempt's log of a run; a run without logs is fine."""
         ...
 
+    async def forget_job(self, job_id: str) -> None:
+        """Remove a deleted job's archive (its runs' logs go by :meth:`delete`)."""
+        ...
+
     async def aclose(self) -> None:
         """Finish what writers left to upload (briefly) and release
         connections: the agent awaits this once, at shutdown."""
@@ -323,7 +328,20 @@ class DirLogStore:
                 _cut_archive(path, self.archive_keep_bytes)
 
     async def delete(self, run_id: str) -> None:
-        shutil.rmtree(self._run_dir(run_id), ignore_errors=True)
+        """The run's directory; the job's too if that left it empty (a
+        deleted job's archive went first: nothing of it stays)."""
+        run_dir = self._run_dir(run_id)
+        shutil.rmtree(run_dir, ignore_errors=True)
+        with contextlib.suppress(OSError):  # the job has other runs, or an archive
+            run_dir.parent.rmdir()
+
+    async def forget_job(self, job_id: str) -> None:
+        """The archive goes; the job's directory too once its runs' logs
+        have (retention deletes those a grace after each run ended)."""
+        job_dir = self._job_dir(job_id)
+        (job_dir / ARCHIVE_NAME).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # not empty yet, or gone already
+            job_dir.rmdir()
 
     async def aclose(self) -> None:
         """Nothing is pending: every write reached the file when it was made."""

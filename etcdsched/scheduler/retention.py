@@ -3,7 +3,8 @@ or older than ``retention.max_age``, leave etcd, and so do their logs. Each
 is first appended as a JSON line to the job's archive in the log store
 (``<log dir>/<job>/archive.jsonl`` for a directory), which the store keeps
 bounded (``etcdsched.logs.store.ARCHIVE_KEEP_BYTES``). A deleted job keeps
-nothing: all its finished runs go at its next trim.
+nothing: its delete marks it ``gone/<pp>/<job>``, and :meth:`sweep_gone`
+removes every run, log and its archive, then the mark.
 
 The partition owner learns which jobs just finished a run from deletions in
 its active-pointer cache and trims only those jobs: no scan of the history
@@ -93,6 +94,36 @@ class RetentionSweeper:
         self.dirty.add(job_id)
         self._ended[job_id] = max(self._ended.get(job_id, 0), self._trim_after.get(job_id, 1))
 
+    async def sweep_gone(self, partition: int, now_ms: int) -> None:
+        """Deleted jobs of the partition (``gone/<pp>/<job>``, written by the
+        delete): trim each to nothing now, whether or not a run of it ends
+        again; once no run of it is left, its archive goes and so does the
+        marker. A run still going keeps the marker until a later sweep.
+        Compare on the marker's delete: none needed (only this owner
+        removes it, and a second delete is harmless)."""
+        page = await self.store.range(self.keys.gone_prefix(partition), keys_only=True)
+        for kv in page.kvs:
+            job_id = self.keys.parse_gone(kv.key)
+            if job_id in self._trimming:
+                continue
+            self._trimming.add(job_id)
+            try:
+                await self._forget(job_id, kv.key, now_ms)
+            except EtcdschedError as exc:
+                log.warning("retention of deleted %s failed: %s", job_id, exc)
+            finally:
+                self._trimming.discard(job_id)
+
+    async def _forget(self, job_id: str, marker: str, now_ms: int) -> None:
+        if await self.store.get(self.keys.job(job_id)) is None:
+            self.deleted += await self.trim(job_id, now_ms)
+            left = await self.store.range(self.keys.runs_prefix(job_id), count_only=True)
+            if left.count:
+                return
+            if self.logs is not None:
+                await asyncio.wait_for(self.logs.forget_job(job_id), LOG_DELETE_TIMEOUT)
+        await self.store.txn([], [Ops.delete(marker)])  # (a job made again of that id: its own)
+
     async def sweep(self, now_ms: int) -> int:
         """Trim the dirty jobs, then delete queued logs. Every partition's
         tend loop sweeps this one sweeper, so sweeps overlap: a job that
@@ -148,7 +179,7 @@ class RetentionSweeper:
                 victims.append((kv, run))
         if not victims:
             return 0
-        if self.logs is not None:
+        if self.logs is not None and not gone:  # a deleted job's archive goes too
             await self.logs.archive(job_id, [run.model_dump_json() for _, run in victims])
         return await self._delete_runs(victims)
 

@@ -367,6 +367,7 @@ class SchedulerService:
             left, seen_workers = bool(seen_workers - workers), workers
             if left or self.clock.monotonic() >= next_reconcile:
                 await tasks.recovery.reconcile_once(now)
+                await self.retention.sweep_gone(tasks.firer.partition, now)
                 await self.retention.sweep(now)
                 next_reconcile = self.clock.monotonic() + self.config.reconcile_every
             wait_s = max(0.0, next_reconcile - self.clock.monotonic())

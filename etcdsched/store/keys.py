@@ -284,6 +284,18 @@ class Keys:
         parse_run_id(rid)
         return int(pp), rid
 
+    # -- deleted jobs whose history is still to go ------------------------
+    def gone_prefix(self, partition: int) -> str:
+        return f"{self.prefix}gone/{self._pp(partition)}/"
+
+    def gone(self, partition: int, job_id: str) -> str:
+        """Written by a job's delete; the partition's retention removes the
+        job's runs, logs and archive, then this key."""
+        return f"{self.gone_prefix(partition)}{job_id}"
+
+    def parse_gone(self, key: str) -> str:
+        return self._split(self._strip(key, f"{self.prefix}gone/"), 2)[1]
+
     # -- ledger of skipped slots ----------------------------------------
     def skips_prefix(self, job_id: str) -> str:
         return f"{self.prefix}skips/{job_id}/"

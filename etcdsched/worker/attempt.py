@@ -122,6 +122,9 @@ class AttemptRunner(AttemptClaim):
             outcome, exit_code, reason = await self._run_attempt(settled, writer)
         finally:
             writer.close()
+        # an object store uploads in the background: the log is whole before
+        # the report makes the run terminal, where a follower stops reading
+        await writer.aclose()
         if outcome is None or self.session.lost:
             return None  # revoked or fenced: someone else decides this attempt
         return outcome, exit_code, reason

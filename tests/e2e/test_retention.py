@@ -102,9 +102,10 @@ async def test_trimmed_runs_leave_no_logs_in_an_object_store(
             await services.stop(name)
 
 
-async def test_a_deleted_jobs_runs_and_logs_go(services: Services) -> None:
-    """Deleting a job leaves its history to retention; told the job is gone
-    (``on_job_deleted``), the next sweep keeps none of it."""
+async def test_a_deleted_jobs_runs_logs_and_archive_go(services: Services) -> None:
+    """A delete marks the job gone (``gone/<pp>/<job>``); its partition's
+    retention then removes every run, its logs, its archive and the mark,
+    with no run of it ending to prompt it."""
     job_id = await _fifty_finished_runs(services, "deleted")
     job_dir = services.logs.root / job_id
 
@@ -112,11 +113,14 @@ async def test_a_deleted_jobs_runs_and_logs_go(services: Services) -> None:
         return {path.name for path in job_dir.iterdir() if path.is_dir()}
 
     await _trimmed_to(services, job_id, logged)
+    assert (job_dir / "archive.jsonl").exists()
     await services.jobs.delete(job_id)
-    services.schedulers["s1"].retention.on_job_deleted(job_id)
+    marker = services.keys.gone(services.jobs.partition(job_id), job_id)
+    assert await services.store.get(marker) is not None
 
     async def all_gone() -> None:
         assert await services.runs_of(job_id) == []
-        assert await logged() == set()
+        assert not job_dir.exists(), list(job_dir.iterdir())
+        assert await services.store.get(marker) is None
 
     await assert_eventually(all_gone, timeout=30)
