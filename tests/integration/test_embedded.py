@@ -12,11 +12,17 @@ from pathlib import Path
 import pytest
 
 from etcdsched.store.embedded import (
+    SERVER_ENV,
+    SYSTEM_ETCD,
+    SYSTEM_MINIMUM,
     EtcdMember,
     EtcdStartError,
     EtcdTuning,
     etcd_binary,
+    etcd_server,
     reserve_ports,
+    server_version,
+    wheel_binary,
 )
 from etcdsched.store.etcd_cluster import EtcdCluster
 from tests.support.eventually import wait_until
@@ -24,11 +30,26 @@ from tests.support.eventually import wait_until
 FAST = EtcdTuning(unsafe_no_fsync=True)
 
 
-def test_binaries_come_from_the_wheel() -> None:
-    for name in ("etcd", "etcdctl", "etcdutl"):
+def test_client_tools_come_from_the_wheel() -> None:
+    for name in ("etcdctl", "etcdutl"):
         path = etcd_binary(name)
         assert path.parent.name == "etcdbin"
         assert os.access(path, os.X_OK)
+
+
+def test_the_server_is_debians_when_installed_else_the_wheels(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """docs/adr/0023-etcd-server.md: Debian's etcd-server 3.4.23+ first."""
+    server = etcd_server()
+    if SYSTEM_ETCD.is_file() and server_version(SYSTEM_ETCD) >= SYSTEM_MINIMUM:
+        assert server == SYSTEM_ETCD
+    else:
+        assert server == wheel_binary("etcd")
+    assert os.access(server, os.X_OK)
+    named = tmp_path / "my-etcd"
+    monkeypatch.setenv(SERVER_ENV, str(named))
+    assert etcd_server() == named, "the environment names the server to run"
 
 
 def test_session_etcd_answers_health(etcd_endpoints: list[str]) -> None:
@@ -41,7 +62,7 @@ def test_single_member_serves_pauses_and_resumes(tmp_path: Path) -> None:
         member = cluster.member(0)
         assert member.healthy()
         assert cluster.leader_index() == 0
-        assert member.status()["version"] == "3.5.1"
+        assert member.status()["version"] == ".".join(map(str, server_version(etcd_server())))
         etcdctl = [str(etcd_binary("etcdctl")), "--endpoints", member.endpoint]
         subprocess.run([*etcdctl, "put", "/k", "v"], check=True, capture_output=True)
         got = subprocess.run([*etcdctl, "get", "/k", "--print-value-only"], check=True,
