@@ -48,6 +48,7 @@ from etcdsched.logs.store import (
     check_job_id,
     check_run_id,
     check_window,
+    follow_by_reading,
 )
 from etcdsched.model.errors import NotFound
 
@@ -135,15 +136,8 @@ class S3LogStore:
         offset: int = 0,
         poll: Poll = asyncio.sleep,
     ) -> AsyncIterator[bytes]:
-        chunk = await self.read(run_id, attempt, offset)
-        while True:
-            if chunk.data:
-                yield chunk.data
-            if chunk.complete:
-                return
-            if not chunk.data:
-                await poll(FOLLOW_INTERVAL)
-            chunk = await self.read(run_id, chunk.attempt, chunk.next_offset)
+        async for data in follow_by_reading(self.read, run_id, attempt, offset, poll):
+            yield data
 
     async def attempts(self, run_id: str) -> list[int]:
         """The attempt folders of the run that hold an object. Some

@@ -114,6 +114,27 @@ class LogChunk:
     attempt: int
 
 
+Reader = Callable[[str, int | None, int], Awaitable[LogChunk]]
+"""A store's ``read(run_id, attempt, offset)``."""
+
+
+async def follow_by_reading(
+    read: Reader, run_id: str, attempt: int | None, offset: int, poll: Poll
+) -> AsyncIterator[bytes]:
+    """Follow a log with reads alone, as every store does: read from the
+    offset, yield what came, stop at a complete log's end, and wait a poll
+    interval whenever a read came back short (caught up with the writer)."""
+    chunk = await read(run_id, attempt, offset)
+    while True:
+        if chunk.data:
+            yield chunk.data
+        if chunk.complete:
+            return
+        if len(chunk.data) < READ_LIMIT:
+            await poll(FOLLOW_INTERVAL)
+        chunk = await read(run_id, chunk.attempt, chunk.next_offset)
+
+
 class LogWriter(Protocol):
     """Appends one attempt's output. Each ``write`` lands whole (the stdout
     and stderr pumps write whole lines), in call order, and is visible to
@@ -289,15 +310,8 @@ class DirLogStore:
         offset: int = 0,
         poll: Poll = asyncio.sleep,
     ) -> AsyncIterator[bytes]:
-        chunk = await self.read(run_id, attempt, offset)
-        while True:
-            if chunk.data:
-                yield chunk.data
-            if chunk.complete:
-                return
-            if len(chunk.data) < READ_LIMIT:
-                await poll(FOLLOW_INTERVAL)
-            chunk = await self.read(run_id, chunk.attempt, chunk.next_offset)
+        async for data in follow_by_reading(self.read, run_id, attempt, offset, poll):
+            yield data
 
     async def attempts(self, run_id: str) -> list[int]:
         run_dir = self._run_dir(run_id)
