@@ -149,14 +149,16 @@ def _total_rows(outcome: RunOutcome) -> Rows:
 
 
 def _etcd_restarts(info: RunInfo) -> str:
-    """Killed members come back empty (member remove + add): etcd 3.5.1 can
-    restart a member killed under load with applied writes missing."""
+    """Killed members come back empty (member remove + add) on every
+    version: etcd 3.5.0-3.5.2 can restart a member killed under load with
+    applied writes missing (ADR 0023)."""
     revisions = ", ".join(str(r) for r in info.etcd_revisions) or "?"
     same = len(set(info.etcd_revisions)) == 1
     verdict = "consistent" if same else "DIVERGED (etcd fault, not a scheduler one)"
     return (
-        f"{info.etcd_replacements} killed members rejoined empty (etcd 3.5.1 bug, "
-        f"etcd issue 13766); member revisions after quiesce: {revisions}, {verdict}"
+        f"{info.etcd_replacements} killed members rejoined empty (as on every version: "
+        f"3.5.0-3.5.2 lose writes on restart, etcd issue 13766); member revisions after"
+        f" quiesce: {revisions}, {verdict}"
     )
 
 
