@@ -3,8 +3,9 @@ or older than ``retention.max_age``, leave etcd, and so do their logs. Each
 is first appended as a JSON line to the job's archive in the log store
 (``<log dir>/<job>/archive.jsonl`` for a directory), which the store keeps
 bounded (``etcdsched.logs.store.ARCHIVE_KEEP_BYTES``). A deleted job keeps
-nothing: its delete marks it ``gone/<pp>/<job>``, and :meth:`sweep_gone`
-removes every run, log and its archive, then the mark.
+nothing, a grace after its delete (``DELETED_JOB_GRACE_MS``, an hour: its
+runs can be looked at meanwhile): the delete marks it ``gone/<pp>/<job>``,
+and :meth:`sweep_gone` removes every run, log and its archive, then the mark.
 
 The partition owner learns which jobs just finished a run from deletions in
 its active-pointer cache and trims only those jobs: no scan of the history
@@ -51,6 +52,9 @@ not awaited by every caller, and it retries for up to a minute), and a
 deletion before that upload would leave the upload behind, orphaned. Runs
 trimmed are mostly older than this; only a small ``keep_last`` on a busy
 job makes its logs wait."""
+DELETED_JOB_GRACE_MS = 3_600_000
+"""How long a deleted job's history stays (its runs can still be listed,
+read and their logs followed) before retention removes all of it."""
 MAX_PENDING_LOG_DELETES = 100_000
 """Run ids whose logs are still to delete, kept across sweeps while the log
 store refuses; beyond this the oldest are given up (their logs stay)."""
@@ -75,6 +79,7 @@ class RetentionSweeper:
         self._trim_after: dict[str, int] = {}
         """How many must end before the job is worth trimming again: a
         trim costs two reads, and a busy job ends runs every second."""
+        self.deleted_job_grace_ms = DELETED_JOB_GRACE_MS
         self.log_deletes: deque[tuple[int, str]] = deque()
         """Runs whose records are gone and whose logs are not yet: when
         their logs may go (ms), and the run id."""
@@ -87,24 +92,19 @@ class RetentionSweeper:
             self.dirty.add(ref.job_id)
             self._ended[ref.job_id] = self._ended.get(ref.job_id, 0) + 1
 
-    def on_job_deleted(self, job_id: str) -> None:
-        """The job is gone: trim it at the next sweep whatever its count,
-        which then finds it gone and keeps none of its finished runs. (A
-        deleted job's runs still going end later, and each end trims again.)"""
-        self.dirty.add(job_id)
-        self._ended[job_id] = max(self._ended.get(job_id, 0), self._trim_after.get(job_id, 1))
-
     async def sweep_gone(self, partition: int, now_ms: int) -> None:
         """Deleted jobs of the partition (``gone/<pp>/<job>``, written by the
-        delete): trim each to nothing now, whether or not a run of it ends
-        again; once no run of it is left, its archive goes and so does the
-        marker. A run still going keeps the marker until a later sweep.
-        Compare on the marker's delete: none needed (only this owner
-        removes it, and a second delete is harmless)."""
-        page = await self.store.range(self.keys.gone_prefix(partition), keys_only=True)
+        delete with its instant): ``deleted_job_grace_ms`` after the delete,
+        trim each to nothing, whether or not a run of it ends again; once
+        no run of it is left, its archive goes and so does the marker. A
+        run still going keeps the marker until a later sweep. Compare on
+        the marker's delete: none needed (only this owner removes it, and a
+        second delete is harmless)."""
+        page = await self.store.range(self.keys.gone_prefix(partition))
         for kv in page.kvs:
             job_id = self.keys.parse_gone(kv.key)
-            if job_id in self._trimming:
+            deleted_ms = int(kv.value) if kv.value.isdigit() else 0
+            if job_id in self._trimming or now_ms < deleted_ms + self.deleted_job_grace_ms:
                 continue
             self._trimming.add(job_id)
             try:
@@ -116,7 +116,7 @@ class RetentionSweeper:
 
     async def _forget(self, job_id: str, marker: str, now_ms: int) -> None:
         if await self.store.get(self.keys.job(job_id)) is None:
-            self.deleted += await self.trim(job_id, now_ms)
+            self.deleted += await self.trim(job_id, now_ms, keep_none=True)
             left = await self.store.range(self.keys.runs_prefix(job_id), count_only=True)
             if left.count:
                 return
@@ -151,9 +151,11 @@ class RetentionSweeper:
         self.deleted += removed
         return removed
 
-    async def trim(self, job_id: str, now_ms: int) -> int:
+    async def trim(self, job_id: str, now_ms: int, keep_none: bool = False) -> int:
         """Archive and delete the job's runs over its retention; their logs
-        are queued for :meth:`delete_logs`. Returns how many runs went."""
+        are queued for :meth:`delete_logs`. Returns how many runs went.
+        ``keep_none``: a job deleted a grace ago, whose every finished run
+        goes, unarchived (its archive goes too)."""
         prefix = self.keys.runs_prefix(job_id)
         self._ended[job_id] = 0
         counted = await self.store.range(prefix, count_only=True)
@@ -161,7 +163,7 @@ class RetentionSweeper:
         if not page.kvs:
             return 0
         retention = page.kvs[0].decode(RunRecord).value.spec.retention
-        gone = await self.store.get(self.keys.job(job_id)) is None
+        gone = keep_none
         keep = 0 if gone else retention.keep_last
         slack = max(1, int(keep * SLACK))
         self._trim_after[job_id] = 1 if gone or retention.max_age is not None else slack

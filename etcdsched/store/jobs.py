@@ -357,8 +357,9 @@ class JobService(ManualRuns, JobCreator):
 
     async def delete(self, job_id: str) -> list[str]:
         """Remove the job, its due entry and its idempotency record, and mark
-        it gone (``gone/<pp>/<job>``): its partition's retention then removes
-        its finished runs, their logs and its archive. Runs fired ahead that have not started are
+        it gone (``gone/<pp>/<job>``, with the instant): an hour later its
+        partition's retention removes its finished runs, their logs and its
+        archive. Runs fired ahead that have not started are
         withdrawn; runs already going are left be. Returns the ids of its
         active runs (the caller may cancel them)."""
         await self._retry_due_moved(job_id, lambda: self._delete_once(job_id))
@@ -373,7 +374,8 @@ class JobService(ManualRuns, JobCreator):
         compares, ops = self._unschedule_ops(state)
         compares.append(Cmp.mod(state.job.key, state.job.mod_revision))
         ops += [Ops.delete(state.job.key), Ops.delete(self.keys.due_pointer(job_id))]
-        ops.append(Ops.put(self.keys.gone(self.partition(job_id), job_id), b""))  # for retention
+        gone = self.keys.gone(self.partition(job_id), job_id)
+        ops.append(Ops.put(gone, str(self.clock.now_ms()).encode()))  # for retention
         record = state.job.value.idempotency_record
         if record is not None and await self._names(record, job_id):
             compares.append(Cmp.value(record, job_id.encode()))

@@ -103,9 +103,9 @@ async def test_trimmed_runs_leave_no_logs_in_an_object_store(
 
 
 async def test_a_deleted_jobs_runs_logs_and_archive_go(services: Services) -> None:
-    """A delete marks the job gone (``gone/<pp>/<job>``); its partition's
-    retention then removes every run, its logs, its archive and the mark,
-    with no run of it ending to prompt it."""
+    """A delete marks the job gone (``gone/<pp>/<job>``); a grace later its
+    partition's retention removes every run, its logs, its archive and the
+    mark, with no run of it ending to prompt it."""
     job_id = await _fifty_finished_runs(services, "deleted")
     job_dir = services.logs.root / job_id
 
@@ -114,6 +114,7 @@ async def test_a_deleted_jobs_runs_logs_and_archive_go(services: Services) -> No
 
     await _trimmed_to(services, job_id, logged)
     assert (job_dir / "archive.jsonl").exists()
+    services.schedulers["s1"].retention.deleted_job_grace_ms = 0  # an hour by default
     await services.jobs.delete(job_id)
     marker = services.keys.gone(services.jobs.partition(job_id), job_id)
     assert await services.store.get(marker) is not None
