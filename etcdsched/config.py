@@ -179,6 +179,12 @@ class Config(BaseSettings):
     )
     executor: str = Field("process", description="'process', or 'noop' for benchmarks.")
     shutdown_grace: float = Field(30.0, ge=0)
+    retention_log_delete_grace_ms: int = Field(
+        120_000,
+        ge=0,
+        description="A trimmed run's logs are deleted no sooner than this after it ended"
+        " (its writer may still be uploading; etcdsched.scheduler.retention).",
+    )
     log_dir: Path = Path(".etcdsched/logs")
     log_store: str = Field(
         "",

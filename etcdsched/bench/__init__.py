@@ -7,9 +7,10 @@ the selected scenarios, writes ``bench-results/<timestamp>.json`` and renders
 scenario code (and matplotlib) is loaded only when the command runs.
 
 Scenarios (``--scenario``, repeatable, default all): ``raw``, ``throughput``,
-``idle-lag``, ``burst``, ``midnight``, ``scan``, ``memory``, ``failover``.
+``idle-lag``, ``burst``, ``midnight``, ``scan``, ``memory``, ``failover``, ``soak``.
 """
 
 from __future__ import annotations
 
-SCENARIOS = ("raw", "throughput", "idle-lag", "burst", "midnight", "scan", "memory", "failover")
+SCENARIOS = ("raw", "throughput", "idle-lag", "burst", "midnight", "scan", "memory", "failover",
+             "soak")  # fmt: skip

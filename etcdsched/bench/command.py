@@ -110,6 +110,13 @@ _OPTIONS = [
     click.option("--memory-settle", type=DURATION, help="memory: sampling time per phase."),
     click.option("--memory-due-jobs", type=click.IntRange(min=0)),
     click.option("--failover-rounds", type=click.IntRange(min=1)),
+    click.option("--soak-runs", type=click.IntRange(min=1), help="soak: runs in all (10,000)."),
+    click.option("--soak-jobs", type=click.IntRange(min=1), help="soak: jobs sharing them."),
+    click.option("--soak-interval", type=DURATION, help="soak: each job's interval (>= 1s)."),
+    click.option("--soak-keep", type=click.IntRange(1, 100_000), help="soak: keep_last."),
+    click.option("--soak-sample", type=DURATION, help="soak: sampling period."),
+    click.option("--soak-log-grace", type=DURATION,
+                 help="soak: the scheduler's log delete grace (default: its own, 120 s)."),
 ]  # fmt: skip
 
 
@@ -125,7 +132,8 @@ def bench(smoke: bool, report_from: Path | None, **flags: Any) -> None:
     """Benchmark etcdsched against its own embedded etcd and write the report.
 
     Results go to bench-results/<timestamp>.json and docs/benchmarks.md
-    (figures beside it). Use --smoke first: a full run takes about an hour.
+    (figures beside it). Use --smoke first: a full run takes about an hour and a
+    half (the soak alone 17 minutes).
     """
     from etcdsched.bench.options import build_options
 

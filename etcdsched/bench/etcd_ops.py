@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import urllib.request
 
+from etcdsched.store.etcd import EtcdStore
+
 COUNTERS = {
     "txns": "etcd_mvcc_txn_total",
     "puts": "etcd_mvcc_put_total",
@@ -17,6 +19,11 @@ COUNTERS = {
     "raft proposals": "etcd_server_proposals_committed_total",
 }
 """Column name -> etcd counter (unlabelled)."""
+DB_SIZE = {"db bytes": "etcd_mvcc_db_total_size_in_bytes",
+           "db bytes in use": "etcd_mvcc_db_total_size_in_use_in_bytes"}  # fmt: skip
+"""etcd's database file, and the part of it holding live pages: the file
+never shrinks without a defragmentation, the part in use does once the
+history is compacted."""
 BACKGROUND = {
     "compactions": "etcd_debugging_mvcc_db_compaction_total_duration_milliseconds_count",
     "compaction ms": "etcd_debugging_mvcc_db_compaction_total_duration_milliseconds_sum",
@@ -57,3 +64,12 @@ async def read_counters(endpoint: str, counters: dict[str, str] = COUNTERS) -> d
 def per_unit(before: dict[str, float], after: dict[str, float], units: int) -> dict[str, float]:
     """Each counter's growth per unit (only counters read both times)."""
     return {k: (after[k] - before[k]) / max(units, 1) for k in after if k in before}
+
+
+async def compacted_db(store: EtcdStore, endpoint: str) -> dict[str, float]:
+    """etcd's :data:`DB_SIZE` once its history is compacted away (now, not
+    at the next automatic compaction): what the live keys take."""
+    revision = (await store.range("\0", count_only=True)).revision
+    await store.compact(revision)
+    await asyncio.sleep(1.0)
+    return await read_counters(endpoint, DB_SIZE)

@@ -26,7 +26,7 @@ from typing import Any
 
 from etcdsched.bench.context import BenchContext, BenchError
 from etcdsched.bench.env import Agent
-from etcdsched.bench.etcd_ops import read_counters
+from etcdsched.bench.etcd_ops import DB_SIZE, compacted_db, read_counters
 from etcdsched.bench.load import make_spec, templated_rows, write_jobs
 from etcdsched.bench.measure import RunTimes, count_keys, lags, read_runs, summary
 from etcdsched.bench.progress import Progress, note
@@ -38,8 +38,6 @@ from etcdsched.store.keys import Keys
 CLASSES = (("priority 900", 900, 0.01, False), ("priority 500", 500, 0.09, False),
            ("priority 100, jitter", 100, 0.90, True))  # fmt: skip
 """(name, priority, share of N, spread by the jitter)."""
-DB_SIZE = {"db bytes": "etcd_mvcc_db_total_size_in_bytes",
-           "db bytes in use": "etcd_mvcc_db_total_size_in_use_in_bytes"}  # fmt: skip
 TARGET_P99_MS = {"priority 900": 1000.0, "priority 500": 10_000.0}
 
 
@@ -98,14 +96,6 @@ async def _sample_until_drained(
             progress.done("(timed out)")
             return samples, False
         await asyncio.sleep(1.0)
-
-
-async def _compacted_db(ctx: BenchContext) -> dict[str, float]:
-    """etcd's database size once its history is compacted away."""
-    revision = (await ctx.store.range("\0", count_only=True)).revision
-    await ctx.store.compact(revision)
-    await asyncio.sleep(1.0)
-    return await read_counters(ctx.endpoints[0], DB_SIZE)
 
 
 def _class_rows(times: list[RunTimes], at_ms: int) -> list[list[Any]]:
@@ -195,7 +185,7 @@ async def run_midnight(ctx: BenchContext) -> ScenarioResult:
         result.notes.append(f"the run failed: {exc!r}")
         return result
     times = await read_runs(ctx.store, keys)
-    compacted = await _compacted_db(ctx)
+    compacted = await compacted_db(ctx.store, ctx.endpoints[0])
     await ctx.cleanup(keys)
     rows = _class_rows(times, herd.at_ms)
     columns = ["class", "started", "lag p50 ms", "lag p99 ms", "lag max ms", "last start after T s"]

@@ -83,6 +83,17 @@ class BenchOptions:
     memory_due_jobs: int = 100
     # failover
     failover_rounds: int = 3
+    # soak
+    soak_runs: int = 10_000
+    soak_jobs: int = 10
+    """Jobs sharing the runs: an interval is at least 1 s, so one job
+    alone would take 2.8 hours to run 10,000 times."""
+    soak_interval: float = 1.0
+    soak_keep: int = 3
+    soak_sample: float = 5.0
+    soak_log_grace: float | None = None
+    """Seconds; None: the scheduler's own (120 s). Short only for the smoke,
+    which runs for less than the default grace."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     def deviations(self) -> list[str]:
@@ -116,6 +127,7 @@ _SIZE_FIELDS = (
     "memory_jobs",
     "memory_settle",
     "failover_rounds",
+    "soak_runs",
 )
 
 SMOKE: dict[str, Any] = {
@@ -143,6 +155,10 @@ SMOKE: dict[str, Any] = {
     "memory_settle": 5.0,
     "memory_due_jobs": 20,
     "failover_rounds": 1,
+    "soak_runs": 60,
+    "soak_jobs": 3,
+    "soak_sample": 1.0,
+    "soak_log_grace": 2.0,
 }
 
 

@@ -137,11 +137,44 @@ def draw_memory(meta: dict[str, Any], result: ScenarioResult, out: Path) -> list
     return [path]
 
 
+SOAK_PANELS = (
+    ("disk, MiB", (("log_bytes", "run logs (du)"), ("archive_bytes", "archives")), 2**20),
+    ("log files and run directories", (("log_files", "files"), ("run_dirs", "run dirs")), 1),
+    ("run records in etcd", (("records", "all jobs"), ("records_job_max", "busiest job")), 1),
+    ("etcd DB, MiB", (("db_bytes", "file"), ("db_in_use", "in use")), 2**20),
+)
+
+
+def draw_soak(meta: dict[str, Any], result: ScenarioResult, out: Path) -> list[Path]:
+    """Four panels over the runs ended; the warm-up (log delete grace) shaded."""
+    series = result.series
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7.4), sharex=True)
+    runs = series.get("runs", [])
+    warm = [r for t, r in zip(series.get("t_s", []), runs, strict=False)
+            if t < series.get("warm_up_s", 0)]  # fmt: skip
+    for ax, (title, lines, scale) in zip(axes.flat, SOAK_PANELS, strict=True):
+        for key, label in lines:
+            ax.plot(runs, [v / scale for v in series.get(key, [])], label=label)
+        if warm:
+            ax.axvspan(0, warm[-1], color="grey", alpha=0.15, label="warm-up")
+        ax.set_title(title)
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    for ax in axes[1]:
+        ax.set_xlabel("runs ended")
+    fig.suptitle(f"soak: {result.title.removeprefix('Soak: ')}")
+    path = out / "soak.png"
+    _save(fig, meta, path)
+    return [path]
+
+
 DRAWERS = {
     "throughput": draw_throughput,
     "burst": draw_burst,
     "idle-lag": draw_idle,
     "memory": draw_memory,
+    "soak": draw_soak,
 }
 
 

@@ -21,7 +21,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from etcdsched.bench import SCENARIOS, failover, lag, memory, midnight, raw, scan, throughput
+from etcdsched.bench import (
+    SCENARIOS,
+    failover,
+    lag,
+    memory,
+    midnight,
+    raw,
+    scan,
+    soak,
+    throughput,
+)
 from etcdsched.bench.context import BenchContext
 from etcdsched.bench.env import cpu_seconds, machine_info, versions
 from etcdsched.bench.options import BenchOptions
@@ -42,6 +52,7 @@ RUNNERS: dict[str, Scenario] = {
     "scan": scan.run,
     "memory": memory.run,
     "failover": failover.run,
+    "soak": soak.run,
 }
 QUOTA_BYTES = 8 * 1024**3  # a million stored jobs take ~3 GB before compaction
 

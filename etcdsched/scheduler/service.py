@@ -125,7 +125,9 @@ class SchedulerService:
         )
         self.owners = PrefixCache(store, clock, keys.owners_prefix(), relist_every=10)
         self._caches: list[asyncio.Task[None]] = []
-        self.retention = RetentionSweeper(store, keys, logs)
+        self.retention = RetentionSweeper(
+            store, keys, logs, config.retention_log_delete_grace_ms
+        )
         self.assigner = Assigner(store, keys)
         self.fire_gate = asyncio.Semaphore(FIRING_IN_PARALLEL)
         self.placement = PlacementLoop(

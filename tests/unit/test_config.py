@@ -82,3 +82,11 @@ def test_a_config_file_value_is_checked_like_any_other(settings_file: Path) -> N
     settings_file.write_text("lookahead_ms: 70000\nhorizon_ms: 60000\n")
     with pytest.raises(ValidationError, match=r"horizon_ms .* lookahead_ms"):
         Config()
+
+
+def test_the_log_delete_grace_setting_defaults_to_retentions_own() -> None:
+    """config sits below the scheduler in the layers, so the default is a literal."""
+    from etcdsched.config import Config
+    from etcdsched.scheduler.retention import LOG_DELETE_GRACE_MS
+
+    assert Config().retention_log_delete_grace_ms == LOG_DELETE_GRACE_MS
