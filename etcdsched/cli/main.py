@@ -104,6 +104,9 @@ def job() -> None:
 @click.option("--every", help="Interval, e.g. 30s, 5m.")
 @click.option("--at", help="Once at an RFC 3339 instant.")
 @click.option("--now", is_flag=True, help="Once, now.")
+@click.option("--after", multiple=True, help="Each time these jobs have run (repeatable).")
+@click.option("--on", type=click.Choice(["success", "completion"]), help="With --after.")
+@click.option("--depends-on", multiple=True, help="Upstream job of each slot (repeatable).")
 @click.option("--timeout", help="Per-attempt timeout, e.g. 10m.")
 @click.option("--retries", type=click.IntRange(0, 99), help="Retries after the first attempt.")
 @click.option("--tenant")
@@ -120,9 +123,7 @@ def job_create(cli: Cli, /, file: TextIO | None, job_id: str | None, **flags: An
     flags applied to each: it prints a summary and every failed item, and
     exits 1 if any failed."""
     documents = yaml_io.read_documents(file.read(), yaml_io.name_of(file)) if file else []
-    flags["trigger"] = out.trigger_from_flags(
-        flags.pop("cron"), flags.pop("tz"), flags.pop("every"), flags.pop("at"), flags.pop("now")
-    )
+    flags["trigger"] = out.trigger_from_flags(flags)
     key = flags.pop("idempotency_key")
     many = job_batch.many_jobs(documents)
     if many is not None:

@@ -88,21 +88,29 @@ def job_document(data: object) -> tuple[str | None, dict[str, Any]]:
     return None, data
 
 
-def trigger_from_flags(
-    cron: str | None, tz: str | None, every: str | None, at: str | None, now: bool
-) -> dict[str, Any] | None:
+def trigger_from_flags(flags: dict[str, Any]) -> dict[str, Any] | None:
+    """The trigger the flags name (taken out of ``flags``), or None."""
+    cron, tz, every, at, now = (flags.pop(name) for name in ("cron", "tz", "every", "at", "now"))
+    after, on = flags.pop("after"), flags.pop("on")
     chosen = [name for name, value in (("cron", cron), ("every", every), ("at", at)) if value]
     chosen += ["now"] if now else []
+    chosen += ["after"] if after else []
     if len(chosen) > 1:
-        raise click.UsageError(f"choose one of --cron, --every, --at, --now (got {chosen})")
+        raise click.UsageError(
+            f"choose one of --cron, --every, --at, --now, --after (got {chosen})"
+        )
+    if tz and not cron:
+        raise click.UsageError("--tz goes with --cron")
+    if on and not after:
+        raise click.UsageError("--on goes with --after")
     if cron:
         return {"kind": "cron", "expr": cron, "tz": tz or "UTC"}
-    if tz:
-        raise click.UsageError("--tz goes with --cron")
     if every:
         return {"kind": "interval", "every": every}
     if at:
         return {"kind": "at", "at": at}
+    if after:
+        return {"kind": "after", "jobs": list(after), "on": on or "success"}
     return {"kind": "now"} if now else None
 
 
@@ -115,6 +123,8 @@ def apply_flags(spec: dict[str, Any], flags: dict[str, Any]) -> dict[str, Any]:
     for name in ("timeout", "tenant", "description"):
         if flags[name] is not None:
             spec[name] = flags[name]
+    if flags["depends_on"]:
+        spec["depends_on"] = [*spec.get("depends_on", []), *flags["depends_on"]]
     if flags["retries"] is not None:
         spec["retry"] = {**spec.get("retry", {}), "max_attempts": flags["retries"] + 1}
     if flags["labels"]:

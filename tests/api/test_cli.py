@@ -190,3 +190,24 @@ async def test_run_get_shows_times_to_the_millisecond_and_json_as_is(api: Api) -
     assert "waiting: no live worker" in shown.output
     raw = json.loads((await cli(api, "-o", "json", "run", "get", run_id)).output)
     assert raw["slot_ms"] == run.slot_ms and raw["attempts"] == []
+
+
+async def test_after_and_depends_on_jobs_from_flags(api: Api) -> None:
+    for name in ("extract", "load"):
+        created = await cli(api, "job", "create", "--id", name, "--every", "1h", "--", "true")
+        assert created.exit_code == 0, created.output
+    after = await cli(
+        api, "job", "create", "--id", "report", "--after", "extract", "--after", "load",
+        "--on", "completion", "--", "true",
+    )  # fmt: skip
+    assert after.exit_code == 0, after.output
+    assert "after default:extract, default:load (on completion)" in after.output
+    job = await api.services.jobs.get("default:report")
+    assert job.spec.trigger.jobs == ["default:extract", "default:load"]  # type: ignore[union-attr]
+    chained = await cli(
+        api, "job", "create", "--id", "b", "--every", "1h", "--depends-on", "extract", "--", "true"
+    )
+    assert chained.exit_code == 0, chained.output
+    assert (await api.services.jobs.get("default:b")).spec.depends_on == ["default:extract"]
+    misused = await cli(api, "job", "create", "--every", "1h", "--on", "success", "--", "true")
+    assert misused.exit_code == 2 and "--on goes with --after" in misused.output
