@@ -44,6 +44,7 @@ from etcdsched.bench.throughput import START_DELAY_MS, expected_slots
 from etcdsched.config import Config
 from etcdsched.model.cronwall import ms_to_utc
 from etcdsched.model.errors import EtcdschedError, StoreUnavailable
+from etcdsched.model.records import DueEntry
 from etcdsched.scheduler.retention import LOG_DELETE_GRACE_MS
 from etcdsched.store.keys import Keys
 
@@ -94,11 +95,24 @@ class Sampler:
     root: Path
     job_ids: list[str]
     t0_ms: int
+    slots_per_job: list[int] | None = None
+    """Each job's slots in all, as ``expected_slots`` counts them."""
 
     def __post_init__(self) -> None:
         self.archived = ArchiveLines()
         self.series: dict[str, list[float]] = {"t_s": [], "runs": []}
         self.records_max = 0
+
+    async def _fired(self) -> int:
+        """Slots fired so far (each job's due pointer counts them; a job
+        whose last slot fired has none): the count of runs ended with any
+        log store, where counting archive lines needs them on this disk."""
+        fired = 0
+        totals = self.slots_per_job or [0] * len(self.job_ids)
+        for job_id, total in zip(self.job_ids, totals, strict=True):
+            kv = await self.ctx.store.get(self.keys.due_pointer(job_id))
+            fired += kv.decode(DueEntry).value.fired if kv is not None else total
+        return fired
 
     async def take(self) -> tuple[int, int]:
         """One sample; returns (runs ended, runs not ended)."""
@@ -109,7 +123,7 @@ class Sampler:
         db = await read_counters(self.ctx.endpoints[0], DB_SIZE)
         disk = await asyncio.to_thread(disk_usage, self.root)
         archived = await asyncio.to_thread(self.archived.count, self.root)
-        ended = archived + max(0, records - active)
+        ended = max(archived + max(0, records - active), await self._fired() - active)
         row = {
             "t_s": (time.time() * 1000 - self.t0_ms) / 1000,
             "runs": ended,
@@ -200,7 +214,10 @@ async def _soak(ctx: BenchContext, keys: Keys) -> SoakRun:
         rows = soak_rows(keys, partitions, opts, t0, end)
         await write_jobs(ctx.store, keys, rows, len(rows), "soak: jobs")
         expected = expected_slots(opts.soak_jobs, every_ms, t0, end)
-        sampler = Sampler(ctx, keys, fleet.log_dir / "runlogs", [r.job_id for r in rows], t0)
+        job_ids = [r.job_id for r in rows]
+        jobs = len(job_ids)
+        per_job = [expected_slots(1, every_ms, t0 + i * every_ms // jobs, end) for i in range(jobs)]
+        sampler = Sampler(ctx, keys, fleet.log_dir / "runlogs", job_ids, t0, per_job)
         drained = await _load(ctx, sampler, end, expected)
         kept = not fleet.crashed() and await ctx.workers_kept_lease(keys, 1)
     finally:
