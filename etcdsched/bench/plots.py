@@ -25,7 +25,8 @@ from etcdsched.bench.results import ScenarioResult
 
 def footer(meta: dict[str, Any]) -> str:
     ver = meta.get("versions", {})
-    fsync = "fsync on" if meta.get("fsync") else "etcd --unsafe-no-fsync"
+    how = meta.get("fsync_off_by") or "--unsafe-no-fsync"
+    fsync = "fsync on" if meta.get("fsync") else f"fsync off: {how}"
     smoke = "SMOKE RUN (reduced sizes) · " if meta.get("reduced") else ""
     return (
         f"{smoke}$ {meta.get('command', '')}\n"

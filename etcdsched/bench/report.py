@@ -51,7 +51,8 @@ def md_table(columns: list[str], rows: list[list[Any]]) -> list[str]:
 def setup_lines(meta: dict[str, Any]) -> list[str]:
     machine, ver = meta.get("machine", {}), meta.get("versions", {})
     opts = meta.get("options", {})
-    fsync = "on" if meta.get("fsync") else "**off** (`--unsafe-no-fsync`: a crash loses data)"
+    how = meta.get("fsync_off_by") or "--unsafe-no-fsync"
+    fsync = "on" if meta.get("fsync") else f"**off** (`{how}`: a crash loses data)"
     rows = [
         ["command", f"`{meta.get('command', '')}`"],
         ["started / finished (UTC)", f"{meta.get('started', '')} / {meta.get('finished', DASH)}"],
