@@ -25,7 +25,10 @@ async def herd_runs(services: Services) -> list[RunRecord]:
 
 
 async def test_a_herd_is_staged_well_ahead_of_the_lookahead(services: Services) -> None:
-    services.config = services.config.model_copy(update={"lookahead_ms": 500})
+    # a 5 s lease, as the policy tests give theirs: this is about staging, and
+    # with etcd syncing to disk (3.4.23, ADR 0023) a thousand creates at once
+    # stalled the suite's 2 s leases past their TTL
+    services.config = services.config.model_copy(update={"lookahead_ms": 500, "lease_ttl": 5})
     scheduler = services.start_scheduler("s1")
     services.start_worker("w1", NoopExecutor(), worker_slots=HERD)
     at_ms = int(time.time() * 1000) + 20_000  # the creates below take seconds (more, loaded)
