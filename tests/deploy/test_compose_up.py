@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,6 +24,7 @@ import pytest
 
 from etcdsched.client import LogRead, SyncClient
 from etcdsched.model.records import RunRecord
+from tests.support.eventually import wait_until
 
 DOCKER = Path(__file__).resolve().parents[2] / "docker"
 API_PORT = "18080"  # published on 127.0.0.1 only (ETCDSCHED_API_PUBLISH_PORT)
@@ -96,17 +96,16 @@ def compose(command: str, file: str, project: str, *args: str) -> str:
 
 def eventually(probe: Callable[[], T | None], timeout: float, what: str) -> T:
     """``probe()``'s first result that is not None; errors count as not yet."""
-    deadline = time.monotonic() + timeout
-    last: BaseException | None = None
-    while time.monotonic() < deadline:
+
+    def ready() -> T:
         try:
             value = probe()
-            if value is not None:
-                return value
-        except Exception as error:
-            last = error
-        time.sleep(2)
-    raise AssertionError(f"timed out waiting for {what} (last error: {last!r})")
+        except Exception as error:  # a service still starting: not yet
+            raise AssertionError(f"{what}: {error!r}") from error
+        assert value is not None, f"{what}: not yet"
+        return value
+
+    return wait_until(ready, timeout, interval=2.0, message=what)
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,6 @@ deadline, overlap and depends_on (docs/design.md, "Firing", "Placement")."""
 
 from __future__ import annotations
 
-import asyncio
 from itertools import pairwise
 from pathlib import Path
 
@@ -326,7 +325,7 @@ async def test_pause_withdraws_runs_already_fired_for_later_slots(
     await assert_eventually(fired_ahead, timeout=15)
     paused = await services.jobs.pause(job.id)
     assert paused.paused_ms is not None
-    await asyncio.sleep(4)  # past every slot that had been fired ahead
+    await wait_until_ms(paused.paused_ms + 3000 + 1000)  # past every slot fired ahead
     later = [r for r in await services.runs_of(job.id) if r.slot_ms > paused.paused_ms]
     assert later, "no run had been fired ahead of the pause"
     started = {key.split("#")[0] for key in intervals(ledger)}

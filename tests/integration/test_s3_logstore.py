@@ -29,6 +29,7 @@ from etcdsched.logs.s3 import S3LogStore
 from etcdsched.logs.s3_writer import CHUNK_BYTES, FLUSH_SECONDS, S3LogWriter
 from etcdsched.logs.store import READ_LIMIT, DirLogStore, LogStore, LogWriter
 from etcdsched.model.errors import InvalidInput, NotFound
+from tests.support.eventually import assert_eventually
 from tests.support.seaweed import SeaweedS3
 
 RUN = "job-1@01767225600000"
@@ -352,9 +353,7 @@ async def test_a_second_instance_follows_a_live_log_within_the_flush_delay(
         producer = asyncio.create_task(produce())
         with pytest.raises(NotFound):  # nothing uploaded yet
             await other.read(RUN, 1)
-        await asyncio.sleep(0.2)
-        while not await other.attempts(RUN):
-            await asyncio.sleep(0.1)
+        await assert_eventually(lambda: other.attempts(RUN), timeout=10)  # the first upload
         await asyncio.wait_for(consume(), timeout=20)
         await producer
     finally:
@@ -397,15 +396,13 @@ async def test_a_writer_killed_mid_run_leaves_its_uploaded_chunks_readable(
     ]
     argv += [str(seaweed_s3.access_key_file), str(seaweed_s3.secret_key_file)]
     process = subprocess.Popen(argv, cwd=Path(__file__).parents[2])
+    async def two_uploads() -> None:
+        assert process.poll() is None, "the writer died by itself"
+        listed = await s3_logs.bucket.list_all(s3_logs.prefix)
+        assert len([obj for obj in listed if obj.key[-1].isdigit()]) >= 2
+
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:  # until two uploads have landed
-            listed = await s3_logs.bucket.list_all(s3_logs.prefix)
-            chunks = [obj for obj in listed if obj.key[-1].isdigit()]
-            if len(chunks) >= 2:
-                break
-            assert process.poll() is None, "the writer died by itself"
-            await asyncio.sleep(0.2)
+        await assert_eventually(two_uploads, timeout=30, interval=0.2)
         os.kill(process.pid, signal.SIGKILL)
     finally:
         process.kill()

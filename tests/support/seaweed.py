@@ -22,7 +22,6 @@ import os
 import shutil
 import subprocess
 import sysconfig
-import time
 import urllib.error
 import urllib.request
 import uuid
@@ -38,6 +37,7 @@ from botocore.session import get_session
 from etcdsched.logs.bucket import S3Options
 from etcdsched.logs.s3 import S3LogStore
 from etcdsched.store.embedded import reserve_ports
+from tests.support.eventually import wait_until
 
 _HOST = "127.0.0.1"
 _START_TIMEOUT = 60.0
@@ -89,16 +89,17 @@ class SeaweedS3:
         )
         with contextlib.closing(client):
             client.create_bucket(Bucket=name)
-            deadline = time.monotonic() + _START_TIMEOUT
-            while True:
+
+            def takes_writes() -> bool:
                 try:
                     client.put_object(Bucket=name, Key="warm-up", Body=b"")
-                    client.delete_object(Bucket=name, Key="warm-up")
-                    return name
                 except ClientError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.1)
+                    return False
+                client.delete_object(Bucket=name, Key="warm-up")
+                return True
+
+            wait_until(takes_writes, _START_TIMEOUT, interval=0.1, message=f"bucket {name}")
+            return name
 
 
 class WeedServer:
@@ -165,20 +166,21 @@ class WeedServer:
 
     def _wait_ready(self) -> None:
         """Until the S3 gateway answers HTTP (403 to an unsigned request)."""
-        assert self.process is not None
-        deadline = time.monotonic() + _START_TIMEOUT
         url = f"http://{_HOST}:{self.ports['s3']}/"
-        while time.monotonic() < deadline:
+
+        def answers() -> bool:
+            assert self.process is not None
             if self.process.poll() is not None:
                 raise RuntimeError(f"weed exited early:\n{self._log_tail()}")
             try:
                 urllib.request.urlopen(url, timeout=0.5).close()
-                return
             except urllib.error.HTTPError:
-                return  # an answer, refused: the gateway is up
+                return True  # an answer, refused: the gateway is up
             except OSError:
-                time.sleep(0.05)
-        raise TimeoutError(f"weed's S3 gateway did not answer:\n{self._log_tail()}")
+                return False
+            return True
+
+        wait_until(answers, _START_TIMEOUT, message=f"weed's S3 gateway (log: {self.log_path})")
 
     def _log_tail(self) -> str:
         with contextlib.suppress(OSError):
