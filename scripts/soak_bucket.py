@@ -25,8 +25,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from botocore.session import get_session
-
 from tests.support.seaweed import _REGION, WeedServer
 
 
@@ -81,13 +79,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="soak-bucket-"))
     server = WeedServer(work)
     s3 = server.start()
-    client = get_session().create_client(
-        "s3",
-        endpoint_url=s3.endpoint_url,
-        region_name=_REGION,
-        aws_access_key_id=s3.access_key,
-        aws_secret_access_key=s3.secret_key,
-    )
+    client = s3.client()
     env = {
         **os.environ,
         "ETCDSCHED_LOG_STORE": f"s3://{s3.bucket}/soak",

@@ -41,7 +41,7 @@ from etcdsched.model.errors import (
 )
 from etcdsched.model.records import JobRecord, RunRecord
 from etcdsched.model.spec import JobSpec, loader_variables
-from etcdsched.model.triggers import WATCH_SLOT, count_slots_between
+from etcdsched.model.triggers import count_slots_between
 from etcdsched.store.dependencies import named_in_full
 from etcdsched.store.job_create import MAX_IDEMPOTENCY_KEY
 from etcdsched.store.jobs import JobState
@@ -219,8 +219,7 @@ async def list_jobs(call: Call) -> web.StreamResponse:
 async def get_job(call: Call) -> web.StreamResponse:
     state = await visible_job(call, call.job_id())
     job = state.job.value
-    due = state.due.value.slot_ms if state.due and job.state == "active" else None
-    due = None if due == WATCH_SLOT else due  # an after job: no instant is due
+    due = state.due.value.due_ms if state.due and job.state == "active" else None
     view = JobView.model_validate({**job.model_dump(), "next_slot_ms": due})
     return json_model(view, headers=_etag(job))
 

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from etcdsched.client import DEFAULT_URL
 from etcdsched.model.cronwall import ms_to_utc
 from etcdsched.model.records import JobRecord, RunRecord, SkipRecord
-from etcdsched.model.triggers import WATCH_SLOT, AfterTrigger, AtTrigger, describe, next_slot
+from etcdsched.model.triggers import AfterTrigger, AtTrigger, describe, next_slot
 
 LOCAL_TOKEN = Path(".etcdsched") / "admin.token"
 
@@ -207,7 +207,7 @@ def job_fields(job: JobRecord, next_slot_ms: int | None = None, *, created: bool
             ("trigger", describe(job.spec.trigger)),
             ("runs", what),
             *first,
-            ("next slot", when(None if next_slot_ms == WATCH_SLOT else next_slot_ms)),
+            ("next slot", when(next_slot_ms)),
             ("created", when(job.created_ms)),
         ]
     )

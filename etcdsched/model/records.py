@@ -26,6 +26,7 @@ from pydantic_core import CoreSchema
 from etcdsched.model.codec import STORED
 from etcdsched.model.spec import Capacity, JobSpec, Resources
 from etcdsched.model.states import RunState
+from etcdsched.model.triggers import WATCH_SLOT
 
 
 def _snapshot_json(
@@ -196,6 +197,12 @@ class DueEntry(Record):
         description="An 'after' job's entry moved to now: the upstream runs that ended as"
         " asked (becomes the run's fired note).",
     )
+
+    @property
+    def due_ms(self) -> int | None:
+        """The instant this entry is due, or None for an ``after`` job waiting
+        at the watch slot (it has no instant: its upstream runs decide)."""
+        return None if self.slot_ms == WATCH_SLOT else self.slot_ms
 
 
 class Attempt(Record):

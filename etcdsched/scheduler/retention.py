@@ -163,10 +163,9 @@ class RetentionSweeper:
         if not page.kvs:
             return 0
         retention = page.kvs[0].decode(RunRecord).value.spec.retention
-        gone = keep_none
-        keep = 0 if gone else retention.keep_last
+        keep = 0 if keep_none else retention.keep_last
         slack = max(1, int(keep * SLACK))
-        self._trim_after[job_id] = 1 if gone or retention.max_age is not None else slack
+        self._trim_after[job_id] = 1 if retention.max_age is not None else slack
         over = counted.count - keep
         if retention.max_age is None and over <= keep * SLACK:
             return 0
@@ -181,7 +180,7 @@ class RetentionSweeper:
                 victims.append((kv, run))
         if not victims:
             return 0
-        if self.logs is not None and not gone:  # a deleted job's archive goes too
+        if self.logs is not None and not keep_none:  # a deleted job's archive goes too
             await self.logs.archive(job_id, [run.model_dump_json() for _, run in victims])
         return await self._delete_runs(victims)
 

@@ -26,7 +26,6 @@ from etcdsched.model.errors import Conflict, InvalidInput, NotFound, OutcomeUnkn
 from etcdsched.model.records import DueEntry, JobRecord, SkipRecord
 from etcdsched.model.spec import JobSpec
 from etcdsched.model.triggers import (
-    WATCH_SLOT,
     count_slots_between,
     next_slot,
     slots_between,
@@ -114,8 +113,7 @@ class JobService(ManualRuns, JobCreator):
         """The job's next due slot; None when it has none (an ``after`` job
         waiting for its upstream runs has none either)."""
         state = await self.load(job_id)
-        slot = state.due.value.slot_ms if state.due else None
-        return None if slot == WATCH_SLOT else slot
+        return state.due.value.due_ms if state.due else None
 
     def _schedule_ops(
         self, job: JobRecord, key_version: int, prev: DueEntry | None, after_ms: int

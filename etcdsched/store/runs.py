@@ -23,7 +23,7 @@ from etcdsched.model.records import (
 from etcdsched.model.spec import JobSpec
 from etcdsched.model.statemachine import transition
 from etcdsched.model.states import RunState
-from etcdsched.model.triggers import WATCH_SLOT, jitter_offset_ms
+from etcdsched.model.triggers import jitter_offset_ms
 from etcdsched.runtime.metrics import RETRIES, RUNS_BY_STATE
 from etcdsched.store.keys import Keys, partition_of, run_id, run_seq
 from etcdsched.store.kv import Cmp, Compare, Op, Ops, Store, Versioned
@@ -168,8 +168,7 @@ class RunOps:
         if not run.spec.retry.stop_at_next_slot:
             return None
         kv = await store.get(self.keys.due_pointer(run.job_id))
-        slot = kv.decode(DueEntry).value.slot_ms if kv is not None else None
-        return None if slot == WATCH_SLOT else slot  # an after job: no instant is due
+        return kv.decode(DueEntry).value.due_ms if kv is not None else None
 
     def cancel_pending(self, run: RunRecord, now_ms: int, reason: str) -> RunRecord:
         return transition(run, RunState.CANCELLED, now_ms, reason=reason, retry_at_ms=None)

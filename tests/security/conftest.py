@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from etcdsched.model.states import RunState
 from tests.api.conftest import api  # noqa: F401  (the in-process API fixture, for attacks on it)
 from tests.support.eventually import wait_until
 from tests.support.up_process import Tour
@@ -106,7 +107,7 @@ class Cluster:
         return dict(found[0])
 
 
-TERMINAL = {"succeeded", "failed", "timed_out", "lost", "interrupted", "cancelled", "skipped"}
+TERMINAL = {state.value for state in RunState if state.terminal}
 
 
 @contextlib.contextmanager

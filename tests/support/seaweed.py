@@ -28,6 +28,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -74,20 +75,23 @@ class SeaweedS3:
             secret_key_file=self.secret_key_file,
         )
 
-    def create_bucket(self) -> str:
-        """A fresh bucket that takes writes. Its first write waits for the
-        volumes SeaweedFS grows for a new bucket (a second or more, with
-        "no writable volumes" errors meanwhile), so it is made here, once,
-        rather than in whichever test writes first."""
-        name = f"t-{uuid.uuid4().hex[:12]}"
-        client = get_session().create_client(
+    def client(self) -> Any:
+        """A blocking botocore S3 client with these keys (the caller closes it)."""
+        return get_session().create_client(
             "s3",
             endpoint_url=self.endpoint_url,
             region_name=_REGION,
             aws_access_key_id=self.access_key,
             aws_secret_access_key=self.secret_key,
         )
-        with contextlib.closing(client):
+
+    def create_bucket(self) -> str:
+        """A fresh bucket that takes writes. Its first write waits for the
+        volumes SeaweedFS grows for a new bucket (a second or more, with
+        "no writable volumes" errors meanwhile), so it is made here, once,
+        rather than in whichever test writes first."""
+        name = f"t-{uuid.uuid4().hex[:12]}"
+        with contextlib.closing(self.client()) as client:
             client.create_bucket(Bucket=name)
 
             def takes_writes() -> bool:
