@@ -41,6 +41,7 @@ def test_the_server_is_debians_when_installed_else_the_wheels(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """docs/adr/0023-etcd-server.md: Debian's etcd-server 3.4.23+ first."""
+    monkeypatch.delenv(SERVER_ENV, raising=False)
     server = etcd_server()
     if SYSTEM_ETCD.is_file() and server_version(SYSTEM_ETCD) >= SYSTEM_MINIMUM:
         assert server == SYSTEM_ETCD
