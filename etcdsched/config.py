@@ -240,6 +240,30 @@ class Config(BaseSettings):
         32, ge=1, description="Log follow streams one tenant may hold open per API process."
     )
 
+    # webhooks (docs/webhooks.md)
+    webhook_timeout_ms: int = Field(
+        10_000, ge=100, description="Total time one webhook POST may take."
+    )
+    webhook_retry_initial_ms: int = Field(
+        1000, ge=1, description="Wait after a webhook's first failed attempt (doubles after each)."
+    )
+    webhook_retry_max_delay_ms: int = Field(
+        300_000, ge=1, description="Longest wait between two attempts of one delivery."
+    )
+    webhook_max_retry_ms: int = Field(
+        86_400_000,
+        ge=0,
+        description="A delivery still failing this long after its event is given up (failed).",
+    )
+    webhook_concurrency: int = Field(
+        8, ge=1, le=256, description="Webhook POSTs in flight at once per owned partition."
+    )
+    webhook_link_base: str = Field(
+        "",
+        description="Put before a webhook body's link (e.g. https://sched.example.com);"
+        " empty: the link is the API path alone.",
+    )
+
     @model_validator(mode="after")
     def _horizon_covers_lookahead(self) -> Config:
         """The firer holds due entries up to the horizon in memory; a

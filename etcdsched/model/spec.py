@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from etcdsched.model.durations import format_duration, parse_duration
+from etcdsched.model.notify import MAX_NOTIFY_RULES, NotifyRule
 from etcdsched.model.triggers import Trigger
 
 Duration = Annotated[
@@ -241,6 +242,11 @@ class JobSpec(_Strict):
     )
     dependency_timeout: PosDuration = Field(
         timedelta(days=1), description="How long after its slot a run waits for its upstreams."
+    )
+    notify: list[NotifyRule] = Field(
+        default_factory=list,
+        max_length=MAX_NOTIFY_RULES,
+        description="Events of this job's runs sent to webhooks of its tenant (docs/webhooks.md).",
     )
 
     @field_validator("labels", "selector")

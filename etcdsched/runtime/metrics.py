@@ -87,3 +87,20 @@ API_LATENCY = Histogram(
     buckets=_API_BUCKETS,
     registry=REGISTRY,
 )
+WEBHOOK_DELIVERIES = Counter(
+    "etcdsched_webhook_deliveries",
+    "Webhook deliveries that ended, by result (delivered, or failed: given up).",
+    ["result"],
+    registry=REGISTRY,
+)
+WEBHOOK_ATTEMPTS = Counter(
+    "etcdsched_webhook_attempts",
+    "Webhook POSTs, by result (ok: a 2xx answer; error: anything else).",
+    ["result"],
+    registry=REGISTRY,
+)
+WEBHOOK_PENDING = Gauge(
+    "etcdsched_webhook_pending",
+    "Webhook deliveries waiting in the outbox of the partitions this scheduler owns.",
+    registry=REGISTRY,
+)

@@ -239,6 +239,7 @@ class PartitionFirer(ConflictResolution):
         planned = [p for p in plan.runs if p.slot_ms not in existing]
         skips = [*plan.skips, *self._add_runs(write, entry, planned, now_ms, active)]
         write.ops += [Ops.put(self.keys.skip(s.job_id, s.first_slot_ms), s) for s in skips]
+        write.ops += self.runs.outbox.skip_ops(entry.spec, self.partition, skips)
         self.stats.skipped += sum(s.count for s in skips)
         write.ops += self._due_ops(kv, entry, plan.next_entry, write)
         return write

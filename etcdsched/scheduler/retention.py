@@ -115,6 +115,7 @@ class RetentionSweeper:
                 self._trimming.discard(job_id)
 
     async def _forget(self, job_id: str, marker: str, now_ms: int) -> None:
+        ops = [Ops.delete(marker)]  # (a job made again of that id: its own)
         if await self.store.get(self.keys.job(job_id)) is None:
             self.deleted += await self.trim(job_id, now_ms, keep_none=True)
             left = await self.store.range(self.keys.runs_prefix(job_id), count_only=True)
@@ -122,7 +123,9 @@ class RetentionSweeper:
                 return
             if self.logs is not None:
                 await asyncio.wait_for(self.logs.forget_job(job_id), LOG_DELETE_TIMEOUT)
-        await self.store.txn([], [Ops.delete(marker)])  # (a job made again of that id: its own)
+            # what no run took along: the deliveries of its skipped slots
+            ops.append(Ops.delete_prefix(self.keys.job_deliveries_prefix(job_id)))
+        await self.store.txn([], ops)
 
     async def sweep(self, now_ms: int) -> int:
         """Trim the dirty jobs, then delete queued logs. Every partition's
@@ -185,10 +188,12 @@ class RetentionSweeper:
         return await self._delete_runs(victims)
 
     async def _delete_runs(self, victims: list[tuple[KV, RunRecord]]) -> int:
-        """Each record with its compare; the logs of those deleted are queued."""
+        """Each record with its compare, and its ended webhook deliveries in
+        the same transaction; the logs of those deleted are queued."""
         removed = 0
         for kv, run in victims:
-            result = await self.store.txn([Cmp.mod(kv.key, kv.mod_revision)], [Ops.delete(kv.key)])
+            gone = [Ops.delete(kv.key), Ops.delete_prefix(self.keys.deliveries_prefix(run.id))]
+            result = await self.store.txn([Cmp.mod(kv.key, kv.mod_revision)], gone)
             if result.succeeded:
                 removed += 1
                 if self.logs is not None:

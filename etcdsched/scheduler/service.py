@@ -29,6 +29,7 @@ from etcdsched.runtime.metrics import PARTITIONS_OWNED
 from etcdsched.scheduler.after_watch import AfterWatch
 from etcdsched.scheduler.assigner import Assigner
 from etcdsched.scheduler.capacity import CapacityIndex
+from etcdsched.scheduler.delivery import DeliverySettings, PartitionDelivery
 from etcdsched.scheduler.direct_fire import DirectPlacement
 from etcdsched.scheduler.firing import PartitionFirer
 from etcdsched.scheduler.overlap import active_runs_cache
@@ -38,11 +39,14 @@ from etcdsched.scheduler.placer import PartitionPlacer
 from etcdsched.scheduler.recovery import PartitionRecovery
 from etcdsched.scheduler.retention import RetentionSweeper
 from etcdsched.scheduler.staging import StagingLead
+from etcdsched.scheduler.webhook_sender import WebhookSender
 from etcdsched.store.cache import PrefixCache, versions, wait_any_change
 from etcdsched.store.keys import Keys
 from etcdsched.store.kv import Cmp, Ops, Store
+from etcdsched.store.outbox import Outbox
 from etcdsched.store.runs import cancel_run
 from etcdsched.store.session import RenewerFactory, Session
+from etcdsched.store.webhooks import TenantWebhooks
 
 log = logging.getLogger(__name__)
 FIRING_IN_PARALLEL = 2
@@ -124,6 +128,10 @@ class SchedulerService:
             store, clock, keys.members_prefix("schedulers"), relist_every=10
         )
         self.owners = PrefixCache(store, clock, keys.owners_prefix(), relist_every=10)
+        self.webhooks = TenantWebhooks(store, clock, keys)
+        self.outbox = Outbox(keys, self.webhooks.of)
+        """Runs this scheduler ends write their webhook deliveries (docs/webhooks.md)."""
+        self.sender = WebhookSender(config.webhook_timeout_ms / 1000, config.webhook_link_base)
         self._caches: list[asyncio.Task[None]] = []
         self.retention = RetentionSweeper(
             store, keys, logs, config.retention_log_delete_grace_ms
@@ -172,11 +180,12 @@ class SchedulerService:
             for task in [*self._caches, *self._timers]:
                 task.cancel()
             await asyncio.gather(*self._caches, return_exceptions=True)
+            await self.sender.close()
             if self.session is not None:
                 await self.session.close()
 
     def _start_caches(self) -> None:
-        for cache in (self.workers, self.assignments, self.schedulers, self.owners):
+        for cache in (self.workers, self.assignments, self.schedulers, self.owners, self.webhooks):
             self._caches.append(asyncio.create_task(cache.run(), name=f"cache {cache.prefix}"))
         self._caches.append(asyncio.create_task(self.placement.run(), name="placement"))
         self._caches.append(asyncio.create_task(self._measure_staging(), name="staging-rate"))
@@ -328,6 +337,13 @@ class SchedulerService:
             partition, self.store, self.keys, self.ownership, active, self.workers
         )
         after = AfterWatch(firer, self.store, self.keys, self.clock, self.ownership)
+        for part in (firer, placer, recovery):
+            part.runs.outbox = self.outbox
+        delivery = PartitionDelivery(
+            partition,
+            *(self.store, self.keys, self.clock, self.ownership, self.sender),
+            DeliverySettings.of(cfg),
+        )
         tasks = PartitionTasks(firer, placer, recovery, active, after)
         tasks.tasks = [
             asyncio.create_task(active.run(), name=f"active-{partition}"),
@@ -335,6 +351,9 @@ class SchedulerService:
             asyncio.create_task(self._guarded(firer.run(), partition), name=f"fire-{partition}"),
             asyncio.create_task(
                 self._guarded(self._tend_loop(tasks), partition), name=f"tend-{partition}"
+            ),
+            asyncio.create_task(
+                self._guarded(delivery.run(), partition), name=f"deliver-{partition}"
             ),
         ]
         self.owned[partition] = tasks

@@ -19,6 +19,9 @@ Layout (under a configurable prefix, default ``/etcdsched/``)::
     claims/<pp>/<run>                         a worker's claim on a run (leased)
     skips/<job>/<first_slot_ms:14>            explained skipped slot ranges
     tokens/<sha256>, tenants/<tenant>, idem/<tenant>/<sha256>   API state
+    webhooks/<tenant>/<name>                  a tenant's webhook (URL, events, secret)
+    outbox/<pp>/<run>/<event id>              a delivery still to send (docs/webhooks.md)
+    deliveries/<job>/<seq>/<event id>         a delivery sent or given up
 
 Numbers are zero-padded to fixed width so lexical key order is numeric order.
 Run ids are ``<job>@<seq>``; job ids cannot contain ``@`` or ``/``.
@@ -319,6 +322,43 @@ class Keys:
 
     def idempotency(self, tenant: str, key_hash: str) -> str:
         return f"{self.prefix}idem/{tenant}/{key_hash}"
+
+    # -- webhooks and their deliveries (docs/webhooks.md) ------------------
+    def webhooks_prefix(self, tenant: str | None = None) -> str:
+        base = f"{self.prefix}webhooks/"
+        return f"{base}{tenant}/" if tenant is not None else base
+
+    def webhook(self, tenant: str, name: str) -> str:
+        return f"{self.webhooks_prefix(tenant)}{name}"
+
+    def parse_webhook(self, key: str) -> tuple[str, str]:
+        tenant, name = self._split(self._strip(key, self.webhooks_prefix()), 2)
+        return tenant, name
+
+    def outbox_prefix(self, partition: int, subject: str | None = None) -> str:
+        """A partition's pending deliveries; with ``subject`` (a run id), one run's."""
+        base = f"{self.prefix}outbox/{self._pp(partition)}/"
+        return f"{base}{subject}/" if subject is not None else base
+
+    def outbox(self, partition: int, subject: str, event_id: str) -> str:
+        parse_run_id(subject)
+        return f"{self.outbox_prefix(partition, subject)}{event_id}"
+
+    def parse_outbox(self, key: str) -> tuple[int, str, str]:
+        pp, subject, event_id = self._split(self._strip(key, f"{self.prefix}outbox/"), 3)
+        parse_run_id(subject)
+        return int(pp), subject, event_id
+
+    def deliveries_prefix(self, subject: str) -> str:
+        """The ended deliveries of one run (or skipped slot): deleted with the run."""
+        ref = parse_run_id(subject)
+        return f"{self.prefix}deliveries/{ref.job_id}/{ref.seq}/"
+
+    def delivery(self, subject: str, event_id: str) -> str:
+        return f"{self.deliveries_prefix(subject)}{event_id}"
+
+    def job_deliveries_prefix(self, job_id: str) -> str:
+        return f"{self.prefix}deliveries/{job_id}/"
 
     # -- helpers ---------------------------------------------------------
     @staticmethod

@@ -27,6 +27,7 @@ from etcdsched.model.triggers import jitter_offset_ms
 from etcdsched.runtime.metrics import RETRIES, RUNS_BY_STATE
 from etcdsched.store.keys import Keys, partition_of, run_id, run_seq
 from etcdsched.store.kv import Cmp, Compare, Op, Ops, Store, Versioned
+from etcdsched.store.outbox import Outbox
 
 RunKind = Literal["scheduled", "manual", "backfill"]
 
@@ -101,8 +102,11 @@ CREATE_OPS = 3
 class RunOps:
     """Key-level operations on runs under one prefix."""
 
-    def __init__(self, keys: Keys) -> None:
+    def __init__(self, keys: Keys, outbox: Outbox | None = None) -> None:
         self.keys = keys
+        self.outbox = outbox or Outbox(keys)
+        """Adds a run's webhook deliveries to the transaction that ends it
+        (none unless a subscription wants the event: no extra op or read)."""
 
     def queue_key(self, run: RunRecord) -> str:
         not_before = run.retry_at_ms if run.retry_at_ms is not None else run.not_before_ms
@@ -136,12 +140,14 @@ class RunOps:
 
     def settle(self, run: RunRecord) -> list[Op]:
         """Ops that store ``run`` after a state change: terminal runs leave
-        the active index and the queue; others keep a fresh pointer."""
+        the active index and the queue, and write the outbox records of
+        their webhook events; others keep a fresh pointer."""
         ops = [Ops.put(self.keys.run(run.id), run)]
         if run.state.terminal:
             ops.append(Ops.delete(self.keys.active(run.partition, run.id)))
             if run.queue_key:
                 ops.append(Ops.delete(run.queue_key))
+            ops += self.outbox.run_ops(run)
         return ops
 
     def finish_ops(self, run: RunRecord, worker: str, partition: int) -> list[Op]:

@@ -46,8 +46,10 @@ from etcdsched.store.cache import PrefixCache
 from etcdsched.store.coalesce import CoalescingStore
 from etcdsched.store.keys import Keys
 from etcdsched.store.kv import Event, Ops, Store
+from etcdsched.store.outbox import Outbox
 from etcdsched.store.runs import RunOps
 from etcdsched.store.session import RenewerFactory, Session
+from etcdsched.store.webhooks import TenantWebhooks
 from etcdsched.worker.admission import StartAdmission
 from etcdsched.worker.attempt import AttemptRunner
 from etcdsched.worker.executor import Executor
@@ -110,7 +112,9 @@ class WorkerService:
         self.incarnation = 0
         self.running = RunningAttempts()
         self.session: Session | None = None
-        self.runs = RunOps(keys)
+        self.webhooks = TenantWebhooks(store, clock, keys)
+        """Tenants' webhooks: reports write the deliveries they match (docs/webhooks.md)."""
+        self.runs = RunOps(keys, Outbox(keys, self.webhooks.of))
         self.draining = False
         self.finished = 0
         self.loop_beat = time.monotonic()
@@ -119,10 +123,12 @@ class WorkerService:
     # -- lifecycle -------------------------------------------------------------
     async def run(self) -> None:
         self.watchdog.start()
+        webhooks = asyncio.create_task(self.webhooks.run(), name="webhooks")
         try:
             while not self.draining:
                 await self._incarnation()
         finally:
+            webhooks.cancel()
             if self.session is not None:
                 await self.session.close()
             self.starter.close()

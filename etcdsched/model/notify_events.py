@@ -1,0 +1,277 @@
+"""Which events a transition produces, whether a subscription wants them,
+and what is sent: pure, so every writer of a run's end decides alike.
+
+A run's *final* outcome is an event: an attempt that will be retried is
+not (the run goes to ``retry_wait``, not to a terminal state). An event's
+id is a hash of (run or slot, attempt, kind, webhook): any writer that
+rebuilds the write after a conflict or an unknown outcome makes the same
+key and the same id, so one outcome can never become two events.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Iterable
+from typing import Any
+
+from etcdsched.model.cronwall import ms_to_utc
+from etcdsched.model.notify import EventKind, NotifyRule
+from etcdsched.model.notify_records import Delivery, Webhook
+from etcdsched.model.records import RunRecord, SkipRecord
+from etcdsched.model.states import RunState
+
+OUTCOME_EVENTS: dict[RunState, EventKind] = {
+    RunState.SUCCEEDED: "run.succeeded",
+    RunState.FAILED: "run.failed",
+    RunState.TIMED_OUT: "run.timed_out",
+    RunState.LOST: "run.lost",
+    RunState.INTERRUPTED: "run.lost",
+    RunState.SKIPPED: "slot.skipped",
+}
+"""A terminal run's event. ``interrupted`` (its worker stopped it, no retry
+left) is ``run.lost`` like a vanished worker's: the job was stopped from
+outside; the body's ``run.state`` tells them apart. ``cancelled`` is
+someone's deliberate act and sends nothing."""
+FAILURE_STATES = frozenset(
+    {RunState.FAILED, RunState.TIMED_OUT, RunState.LOST, RunState.INTERRUPTED}
+)
+SIGNATURE_HEADER = "X-Etcdsched-Signature"
+EVENT_ID_HEADER = "X-Etcdsched-Event-Id"
+
+
+Subscriptions = dict[str, frozenset[EventKind]]
+"""Webhook name -> the events it wants of one job."""
+
+
+def subscriptions(rules: Iterable[NotifyRule], tenant_hooks: Iterable[Webhook]) -> Subscriptions:
+    """What one job's events go where: its own ``notify`` rules, plus every
+    tenant webhook with events of its own. One webhook gets each event once,
+    however many rules name it."""
+    wanted: dict[str, frozenset[EventKind]] = {}
+    for rule in rules:
+        wanted[rule.webhook] = wanted.get(rule.webhook, frozenset()) | rule.events
+    for hook in tenant_hooks:
+        if hook.events:
+            wanted[hook.name] = wanted.get(hook.name, frozenset()) | hook.events
+    return wanted
+
+
+def event_id(subject: str, attempt: int, kind: str, webhook: str) -> str:
+    """Stable id of one event for one webhook (32 hex digits)."""
+    data = f"{subject}\n{attempt}\n{kind}\n{webhook}".encode()
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def _iso(ms: int | None) -> str | None:
+    return None if ms is None else ms_to_utc(ms).isoformat(timespec="milliseconds")
+
+
+def run_body(run: RunRecord, kind: EventKind, eid: str) -> dict[str, Any]:
+    """The JSON body of a run's event (docs/webhooks.md, "Payload")."""
+    current = run.current
+    body: dict[str, Any] = {
+        "id": eid,
+        "type": kind,
+        "occurred_at": _iso(run.updated_ms),
+        "tenant": run.tenant,
+        "job": {"id": run.job_id, "name": run.job_id.rpartition(":")[2]},
+        "run": {
+            "id": run.id,
+            "kind": run.kind,
+            "slot_at": _iso(run.slot_ms),
+            "state": run.state.value,
+            "attempt": run.attempt,
+            "max_attempts": run.spec.retry.max_attempts,
+            "reason": run.reason,
+            "exit_code": current.exit_code if current else None,
+            "started_at": _iso(current.started_ms if current else None),
+            "ended_at": _iso(current.ended_ms if current else None),
+            "worker": current.worker if current else None,
+        },
+        "link": f"/v1/runs/{run.id}",
+    }
+    body["text"] = slack_text(body)
+    return body
+
+
+def slack_text(body: dict[str, Any]) -> str:
+    """A one-line summary, so the body can go to a Slack-compatible incoming webhook."""
+    run = body.get("run", {})
+    what = {
+        "run.failed": "failed",
+        "run.timed_out": "timed out",
+        "run.lost": "was lost",
+        "run.succeeded": "succeeded",
+        "run.recovered": "recovered (succeeded after failing)",
+        "slot.skipped": "skipped a slot",
+        "job.paused": "was paused",
+    }.get(str(body.get("type")), str(body.get("type")))
+    reason = f": {run['reason']}" if run.get("reason") else ""
+    attempts = f" after {run['attempt']} attempt(s)" if run.get("attempt") else ""
+    return f"etcdsched: job {body['job']['id']} run {run.get('id', '')} {what}{attempts}{reason}"
+
+
+def run_deliveries(run: RunRecord, tenant_hooks: Iterable[Webhook]) -> list[Delivery]:
+    """The deliveries a run that just reached ``run.state`` owes: none unless
+    it is terminal with an event some subscription wants. A success also
+    owes a ``run.recovered`` *candidate* to webhooks that want that: whether
+    the job had failed before is for the sender to read, not the run's
+    writer (it would cost every success of such a job a read)."""
+    kind = OUTCOME_EVENTS.get(run.state)
+    if kind is None:
+        return []
+    wanted = subscriptions(run.spec.notify, tenant_hooks)
+    if not wanted:
+        return []
+    attempt = run.attempt
+    out = []
+    for webhook, events in sorted(wanted.items()):
+        for each in (kind, "run.recovered"):
+            if each not in events or (each == "run.recovered" and kind != "run.succeeded"):
+                continue
+            eid = event_id(run.id, attempt, each, webhook)
+            out.append(
+                _delivery(
+                    run.id,
+                    run.job_id,
+                    run.tenant,
+                    attempt,
+                    each,
+                    webhook,
+                    eid,
+                    run_body(run, each, eid),
+                    run.updated_ms,
+                )
+            )
+    return out
+
+
+def skip_deliveries(
+    skip: SkipRecord, tenant: str, rules: Iterable[NotifyRule], tenant_hooks: Iterable[Webhook]
+) -> list[Delivery]:
+    """``slot.skipped`` for a skip record (misfire, overlap, paused, ...);
+    its subject is ``<job>@<first slot>``, the id a run of that slot would have."""
+    wanted = subscriptions(rules, tenant_hooks)
+    subject = f"{skip.job_id}@{skip.first_slot_ms:014d}"
+    out = []
+    for webhook, events in sorted(wanted.items()):
+        if "slot.skipped" not in events:
+            continue
+        eid = event_id(subject, 0, "slot.skipped", webhook)
+        body = skip_body(skip, tenant, subject, eid)
+        out.append(
+            _delivery(
+                subject, skip.job_id, tenant, 0, "slot.skipped", webhook, eid, body, skip.created_ms
+            )
+        )
+    return out
+
+
+def skip_body(skip: SkipRecord, tenant: str, subject: str, eid: str) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "id": eid,
+        "type": "slot.skipped",
+        "occurred_at": _iso(skip.created_ms),
+        "tenant": tenant,
+        "job": {"id": skip.job_id, "name": skip.job_id.rpartition(":")[2]},
+        "run": {"id": subject, "state": "skipped", "attempt": 0, "reason": skip.reason},
+        "skip": {
+            "first_slot_at": _iso(skip.first_slot_ms),
+            "last_slot_at": _iso(skip.last_slot_ms),
+            "count": skip.count,
+            "reason": skip.reason,
+            "detail": skip.detail,
+        },
+        "link": f"/v1/jobs/{skip.job_id}",
+    }
+    body["text"] = slack_text(body)
+    return body
+
+
+def _delivery(
+    subject: str,
+    job_id: str,
+    tenant: str,
+    attempt: int,
+    kind: EventKind,
+    webhook: str,
+    eid: str,
+    body: dict[str, Any],
+    at_ms: int,
+) -> Delivery:
+    return Delivery(
+        event_id=eid,
+        kind=kind,
+        tenant=tenant,
+        webhook=webhook,
+        job_id=job_id,
+        run_id=subject,
+        attempt=attempt,
+        body=body,
+        created_ms=at_ms,
+        next_attempt_ms=at_ms,
+    )
+
+
+def is_recovery(previous: RunRecord | None) -> bool:
+    """Whether a success after ``previous`` (the job's last finished run
+    before it, or None) is a recovery: that run failed, timed out or was lost."""
+    return previous is not None and previous.state in FAILURE_STATES
+
+
+def signature(secret: str, body: bytes, timestamp_s: int) -> str:
+    """``X-Etcdsched-Signature``: ``t=<unix seconds>,v1=<hex HMAC-SHA256 of
+    "<t>.<body>" keyed with the secret>``."""
+    mac = hmac.new(secret.encode(), f"{timestamp_s}.".encode() + body, hashlib.sha256)
+    return f"t={timestamp_s},v1={mac.hexdigest()}"
+
+
+def verify_signature(
+    secret: str, body: bytes, header: str, now_s: int, tolerance_s: int = 300
+) -> bool:
+    """What a receiver does (docs/webhooks.md): the MAC matches and the
+    timestamp is within ``tolerance_s`` of now (a replayed old request fails)."""
+    parts = dict(p.split("=", 1) for p in header.split(",") if "=" in p)
+    try:
+        timestamp = int(parts.get("t", ""))
+    except ValueError:
+        return False
+    expected = signature(secret, body, timestamp)
+    return abs(now_s - timestamp) <= tolerance_s and hmac.compare_digest(expected, header)
+
+
+def retry_delay_ms(attempts: int, initial_ms: int, max_delay_ms: int) -> int:
+    """Wait after ``attempts`` failed attempts: initial * 2^(attempts-1), capped."""
+    return int(min(max_delay_ms, initial_ms * (1 << min(max(attempts - 1, 0), 30))))
+
+
+def after_attempt(
+    delivery: Delivery,
+    now_ms: int,
+    *,
+    status: int | None,
+    error: str,
+    initial_ms: int,
+    max_delay_ms: int,
+    give_up_after_ms: int,
+) -> Delivery:
+    """``delivery`` after one attempt: delivered on a 2xx, else pending with
+    its next attempt computed, or failed once retrying would pass
+    ``give_up_after_ms`` since the event."""
+    attempts = delivery.attempts + 1
+    update: dict[str, Any] = {
+        "attempts": attempts,
+        "last_status": status,
+        "last_error": error,
+        "last_attempt_ms": now_ms,
+    }
+    if status is not None and 200 <= status < 300 and not error:
+        update |= {"state": "delivered", "ended_ms": now_ms, "last_error": ""}
+        return delivery.model_copy(update=update)
+    next_ms = now_ms + retry_delay_ms(attempts, initial_ms, max_delay_ms)
+    if next_ms > delivery.created_ms + give_up_after_ms:
+        update |= {"state": "failed", "ended_ms": now_ms}
+    else:
+        update |= {"next_attempt_ms": next_ms}
+    return delivery.model_copy(update=update)

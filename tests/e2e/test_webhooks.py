@@ -1,0 +1,188 @@
+"""Outcome webhooks end to end (docs/webhooks.md): a real receiver on
+127.0.0.1, real schedulers and workers on a real etcd, and, for the crash
+case, scheduler processes killed with SIGKILL."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from etcdsched.model.notify_events import verify_signature
+from etcdsched.model.notify_records import Delivery, Webhook
+from etcdsched.model.records import RunRecord
+from etcdsched.runtime.clock import SystemClock
+from etcdsched.scheduler.service import ensure_cluster
+from etcdsched.store.etcd import EtcdStore
+from etcdsched.store.jobs import JobService
+from etcdsched.store.keys import Keys, partition_of
+from etcdsched.store.kv import Store
+from etcdsched.store.outbox import run_deliveries_stored
+from etcdsched.store.webhooks import WebhookStore
+from tests.support.e2e_jobs import spec, start_worker, terminal, wait_runs
+from tests.support.eventually import assert_eventually
+from tests.support.procs import AgentProcess, agent_env
+from tests.support.services import Services, full_id
+from tests.support.webhook_receiver import WebhookReceiver
+
+SECRET = "s3cret-for-tests"
+NOW = {"kind": "now"}
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def receiver() -> AsyncIterator[WebhookReceiver]:
+    got = await WebhookReceiver().start()
+    try:
+        yield got
+    finally:
+        await got.stop()
+
+
+async def make_hook(store: Store, keys: Keys, url: str, name: str = "ops") -> Webhook:
+    """A webhook that may reach the receiver: plain HTTP on loopback, which
+    only an admin may allow (tests/security/test_webhook_ssrf.py)."""
+    now = int(time.time() * 1000)
+    hook = Webhook(
+        tenant="default",
+        name=name,
+        url=url,
+        secret=SECRET,
+        allow_http=True,
+        allow_private=True,
+        created_ms=now,
+        updated_ms=now,
+    )
+    return await WebhookStore(store, keys).put(hook)
+
+
+async def deliveries_of(store: Store, keys: Keys, run: RunRecord) -> list[Delivery]:
+    return await run_deliveries_stored(store, keys, run.partition, run.id)
+
+
+async def ended_delivery(store: Store, keys: Keys, run: RunRecord) -> Delivery:
+    async def ended() -> Delivery:
+        found = await deliveries_of(store, keys, run)
+        assert len(found) == 1 and found[0].state != "pending", found
+        return found[0]
+
+    result: Delivery = await assert_eventually(ended, timeout=15)
+    return result
+
+
+def notify(*events: str) -> list[dict[str, object]]:
+    return [{"webhook": "ops", "events": list(events)}]
+
+
+async def test_a_failing_job_with_two_attempts_sends_one_signed_run_failed(
+    services: Services, receiver: WebhookReceiver
+) -> None:
+    await make_hook(services.store, services.keys, receiver.url)
+    services.start_scheduler("s1")
+    start_worker(services, "w1")
+    job = spec(
+        NOW,
+        ["false"],
+        retry={"max_attempts": 2, "initial_delay": "100ms"},
+        notify=notify("run.failed", "run.succeeded", "run.recovered"),
+    )
+    await services.jobs.create(job, "wh-fail")
+    (run,) = await wait_runs(services, "wh-fail", terminal, timeout=20)
+    assert run.state == "failed" and run.attempt == 2
+    delivery = await ended_delivery(services.store, services.keys, run)
+    assert delivery.state == "delivered" and delivery.attempts == 1
+    assert [r.kind for r in receiver.received] == ["run.failed"]
+    got = receiver.received[0]
+    assert got.event_id == got.idempotency_key == delivery.event_id
+    assert verify_signature(SECRET, got.body, got.signature, int(time.time()))
+    assert not verify_signature("another secret", got.body, got.signature, int(time.time()))
+    body = got.json
+    assert body["type"] == "run.failed" and body["id"] == delivery.event_id
+    assert body["run"]["id"] == run.id and body["run"]["attempt"] == 2
+    assert body["run"]["exit_code"] == 1 and body["link"] == f"/v1/runs/{run.id}"
+    assert "failed" in body["text"]
+
+
+async def test_a_receiver_failing_three_times_gets_the_same_event_four_times(
+    services: Services, receiver: WebhookReceiver
+) -> None:
+    receiver.statuses = [500, 500, 500]
+    await make_hook(services.store, services.keys, receiver.url)
+    services.config = services.config.model_copy(update={"webhook_retry_initial_ms": 100})
+    services.start_scheduler("s1")
+    start_worker(services, "w1")
+    await services.jobs.create(spec(NOW, ["true"], notify=notify("run.succeeded")), "wh-retry")
+    (run,) = await wait_runs(services, "wh-retry", terminal, timeout=20)
+    delivery = await ended_delivery(services.store, services.keys, run)
+    assert delivery.state == "delivered", delivery
+    assert (delivery.attempts, delivery.last_status) == (4, 200)
+    assert receiver.event_ids() == [delivery.event_id] * 4
+    assert {r.kind for r in receiver.received} == {"run.succeeded"}
+
+
+async def test_a_run_nobody_subscribed_to_writes_no_outbox_record(
+    services: Services, receiver: WebhookReceiver
+) -> None:
+    await make_hook(services.store, services.keys, receiver.url)
+    services.start_scheduler("s1")
+    start_worker(services, "w1")
+    await services.jobs.create(spec(NOW, ["true"], notify=notify("run.failed")), "wh-quiet")
+    (run,) = await wait_runs(services, "wh-quiet", terminal, timeout=20)
+    assert run.state == "succeeded"
+    assert await deliveries_of(services.store, services.keys, run) == []
+    assert receiver.received == []
+
+
+# -- the sender is killed between the outcome and its first POST ------------------
+P = 8
+
+
+@pytest.fixture
+def agents() -> Iterator[list[AgentProcess]]:
+    started: list[AgentProcess] = []
+    yield started
+    for agent in started:
+        agent.terminate()
+
+
+@pytest.mark.slow
+async def test_a_sender_killed_before_its_post_completes_is_replaced_and_the_event_sent_once(
+    store: EtcdStore,
+    keys: Keys,
+    etcd_endpoints: list[str],
+    tmp_path: Path,
+    agents: list[AgentProcess],
+) -> None:
+    """s1 holds the delivery: the receiver keeps s1's first POST unanswered.
+    s1 is killed -9; s2 takes the partition over once s1's lease expires and
+    sends the pending delivery again: one event id, delivered."""
+    receiver = await WebhookReceiver(hold_first=True).start()
+    try:
+        clock = SystemClock()
+        await ensure_cluster(store, keys, P, clock.now_ms())
+        await make_hook(store, keys, receiver.url)
+        env = agent_env(etcd_endpoints, keys.prefix, tmp_path, webhook_retry_initial_ms=200)
+        s1 = AgentProcess("s1", ["scheduler"], env, tmp_path).start()
+        agents += [s1, AgentProcess("w1", ["worker"], env, tmp_path).start()]
+        jobs = JobService(store, keys, clock, P)
+        await jobs.create(spec(NOW, ["false"], notify=notify("run.failed")), "wh-crash")
+
+        def first_post_held() -> None:
+            assert len(receiver.received) == 1, s1.log_tail()
+
+        await assert_eventually(first_post_held, timeout=20)
+        s1.kill9()
+        agents.append(AgentProcess("s2", ["scheduler"], env, tmp_path).start())
+        job_id = full_id("wh-crash")
+        page = await store.range(keys.runs_prefix(job_id))
+        run = page.kvs[0].decode(RunRecord).value
+        assert run.partition == partition_of(job_id, P)
+        delivery = await ended_delivery(store, keys, run)
+        assert delivery.state == "delivered"
+        ids = receiver.event_ids()
+        assert len(ids) >= 2 and set(ids) == {delivery.event_id}, ids
+        assert {r.kind for r in receiver.received} == {"run.failed"}
+    finally:
+        await receiver.stop()
