@@ -26,6 +26,7 @@ from etcdsched.api.openapi import build_document
 from etcdsched.api.quotas import Quotas
 from etcdsched.api.routing import CONTEXT, ApiContext, FollowSlots, Route, bind
 from etcdsched.api.services import ApiServices, LogChunkLike, LogReader
+from etcdsched.api.ui import mount as mount_dashboard
 from etcdsched.config import Config
 from etcdsched.runtime import metrics
 from etcdsched.runtime.clock import Clock
@@ -91,6 +92,7 @@ def make_app(services: ApiServices, config: Config) -> web.Application:
     app.cleanup_ctx.append(auth.watching)
     for route in ROUTES:
         app.router.add_route(route.method, route.path, bind(route, ctx), name=route.operation_id)
+    mount_dashboard(app, ctx)
     return app
 
 

@@ -61,11 +61,17 @@ async def _queue_depths(call: Call) -> dict[int, int]:
 
 
 async def cluster(call: Call) -> web.StreamResponse:
+    return json_model(await cluster_view(call))
+
+
+async def cluster_view(call: Call) -> ClusterView:
+    """Members, owners and the queue, read concurrently (the JSON cluster
+    view and the dashboard's cluster page)."""
     schedulers, workers, owners, depths = await asyncio.gather(
         _members(call, "schedulers"), _members(call, "workers"), _owners(call), _queue_depths(call)
     )
     owned = {owner.partition for owner in owners}
-    view = ClusterView.model_validate(
+    return ClusterView.model_validate(
         {
             "partitions": call.services.partitions,
             "schedulers": schedulers,
@@ -76,7 +82,6 @@ async def cluster(call: Call) -> web.StreamResponse:
             "queue_by_partition": {str(pp): n for pp, n in depths.items() if n},
         }
     )
-    return json_model(view)
 
 
 def _tenant_name(call: Call) -> str:

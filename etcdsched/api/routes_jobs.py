@@ -190,11 +190,16 @@ def _job_filter(call: Call, query: JobListQuery) -> tuple[str | None, dict[str, 
 
 
 async def list_jobs(call: Call) -> web.StreamResponse:
-    query = call.query_as(JobListQuery)
+    return json_model(await job_page(call, call.query_as(JobListQuery)))
+
+
+async def job_page(call: Call, query: JobListQuery) -> JobPage:
+    """One page of the jobs the caller may see (the JSON listing and the
+    dashboard's jobs page both read through here)."""
     keys = call.services.keys
     tenant, labels = _job_filter(call, query)
     if not call.who.is_admin and query.tenant not in (None, call.who.tenant):
-        return json_model(JobPage(items=[]))
+        return JobPage(items=[])
 
     def accept(kv: KV) -> JobRecord | None:
         job = kv.decode(JobRecord).value
@@ -213,7 +218,7 @@ async def list_jobs(call: Call) -> web.StreamResponse:
         call.services.store, start, end, limit=query.limit, accept=accept
     )
     cursor = seal_cursor(last, prefix) if last else None
-    return json_model(JobPage(items=items, next_cursor=cursor))
+    return JobPage(items=items, next_cursor=cursor)
 
 
 async def get_job(call: Call) -> web.StreamResponse:

@@ -131,8 +131,12 @@ def _cursor_key(call: Call, job_id: str, cursor: str | None) -> str | None:
 
 
 async def list_runs(call: Call) -> web.StreamResponse:
-    job_id = call.job_id()
-    query = call.query_as(RunListQuery)
+    return json_model(await run_page(call, call.job_id(), call.query_as(RunListQuery)))
+
+
+async def run_page(call: Call, job_id: str, query: RunListQuery) -> RunPage:
+    """One page of a job's runs the caller may see (the JSON listing and
+    the dashboard read through here)."""
     exists = await _job_visibility(call, job_id)
     prefix = call.services.keys.runs_prefix(job_id)
     start = prefix + f"{to_ms(query.since):014d}" if query.since else prefix
@@ -154,7 +158,7 @@ async def list_runs(call: Call) -> web.StreamResponse:
     if not exists and not items and last is None and query.cursor is None:
         raise NotFound(f"job {job_id} not found", field="job_id")
     cursor = call.services.keys.parse_run(last).seq if last else None
-    return json_model(RunPage(items=items, next_cursor=cursor))
+    return RunPage(items=items, next_cursor=cursor)
 
 
 async def list_skips(call: Call) -> web.StreamResponse:
