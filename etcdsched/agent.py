@@ -32,6 +32,7 @@ from etcdsched.logs.factory import log_store_from_url
 from etcdsched.logs.store import DirLogStore
 from etcdsched.model.errors import Conflict
 from etcdsched.runtime.clock import SystemClock
+from etcdsched.runtime.metrics_server import serve_metrics
 from etcdsched.scheduler.service import SchedulerService, ensure_cluster
 from etcdsched.store.embedded import COMPACT_EVERY, EtcdMember, EtcdTuning
 from etcdsched.store.etcd import EtcdStore
@@ -158,18 +159,20 @@ async def run_agent(
                 config, store, keys, clock, executor, logs, None, renewal, ThreadStarter()
             )
             tasks["worker"] = asyncio.create_task(worker.run(), name="worker")
-        runner = None
+        runners = []
         if "api" in roles:
             from etcdsched.api.app import serve_api
 
-            runner = await serve_api(config, store, keys, clock, meta.partitions, logs)
+            runners.append(await serve_api(config, store, keys, clock, meta.partitions, logs))
+        if config.metrics_port is not None:
+            runners.append(await serve_metrics(config.metrics_host, config.metrics_port))
         log.info("agent %s running roles %s", config.member_id, sorted(roles))
         if ready is not None:
             ready()
         await _until_stopped(requests.graceful, list(tasks.values()))
         jobs = worker.started_jobs() if worker is not None else 0
         say(stopping_line(jobs, config.shutdown_grace, requests.again_hint()))
-        await _stop_roles(requests, tasks, worker, runner)
+        await _stop_roles(requests, tasks, worker, runners)
         await logs.aclose()  # the last chunks of an object store's logs go up
     finally:
         await store.close()
@@ -190,7 +193,7 @@ async def _stop_roles(
     requests: StopRequests,
     tasks: dict[str, asyncio.Task[None]],
     worker: WorkerService | None,
-    runner: web.AppRunner | None,
+    runners: list[web.AppRunner],
 ) -> None:
     """The scheduler and the API stop at once, while the worker drains:
     neither has anything to finish, and a scheduler that revokes its lease
@@ -200,8 +203,7 @@ async def _stop_roles(
     if scheduler is not None:
         scheduler.cancel()
         quick.append(scheduler)
-    if runner is not None:
-        quick.append(asyncio.ensure_future(runner.cleanup()))
+    quick += [asyncio.ensure_future(runner.cleanup()) for runner in runners]
     if worker is not None:
         await worker.drain(requests.now)
     for task in tasks.values():

@@ -236,6 +236,14 @@ class Config(BaseSettings):
         description="Serve plain HTTP on an address beyond loopback (only behind a TLS proxy).",
     )
     max_body_bytes: int = 1_048_576
+    metrics_host: str = Field(
+        "127.0.0.1", description="Address of the /metrics listener (with METRICS_PORT)."
+    )
+    metrics_port: int | None = Field(
+        None,
+        description="Serve /metrics (plain HTTP, nothing else) on this port: for agents without"
+        " the api role, so Prometheus can scrape schedulers and workers too.",
+    )
     max_follows_per_tenant: int = Field(
         32, ge=1, description="Log follow streams one tenant may hold open per API process."
     )

@@ -254,6 +254,13 @@ class RunRecord(Record):
         return self.attempts[-1] if self.attempts else None
 
 
+SkipReason = Literal[
+    "paused", "misfire", "overlap", "starting_deadline", "deleted", "dependency", "max_runs"
+]
+"""Why slots did not run: a skip record's reason, and the ``reason`` label
+of ``etcdsched_skipped_slots_total``."""
+
+
 class SkipRecord(Record):
     """A range of slots that were deliberately not run, and why. One record
     covers many slots, so a long pause costs one key, not thousands."""
@@ -262,9 +269,7 @@ class SkipRecord(Record):
     first_slot_ms: int
     last_slot_ms: int
     count: int
-    reason: Literal[
-        "paused", "misfire", "overlap", "starting_deadline", "deleted", "dependency", "max_runs"
-    ]
+    reason: SkipReason
     detail: str = ""
     created_ms: int
 

@@ -62,6 +62,13 @@ FIRING_HELD = Counter(
     "Times a partition's firing waited because placement was behind (overload, ADR 0014).",
     registry=REGISTRY,
 )
+SKIPPED_SLOTS = Counter(
+    "etcdsched_skipped_slots",
+    "Slots that deliberately did not run (skip records and runs ended skipped), by reason"
+    " (misfire, overlap, paused, starting_deadline, dependency, ...).",
+    ["reason"],
+    registry=REGISTRY,
+)
 PARTITIONS_OWNED = Gauge(
     "etcdsched_partitions_owned",
     "Partitions the scheduler in this process currently owns.",
@@ -72,6 +79,12 @@ ETCD_LATENCY = Histogram(
     "Latency of etcd requests, by operation (get, range, txn, lease, watch).",
     ["op"],
     buckets=_ETCD_BUCKETS,
+    registry=REGISTRY,
+)
+ETCD_REQUEST_ERRORS = Counter(
+    "etcdsched_etcd_request_errors",
+    "etcd requests that failed (unavailable, outcome unknown, refused), by operation.",
+    ["op"],
     registry=REGISTRY,
 )
 API_REQUESTS = Counter(

@@ -26,7 +26,7 @@ from etcdsched.model.planning import PlannedRun, plan_fire
 from etcdsched.model.records import ActivePointer, DueEntry, RunRecord, SkipRecord
 from etcdsched.model.triggers import WATCH_SLOT
 from etcdsched.runtime.clock import Clock
-from etcdsched.runtime.metrics import FIRES
+from etcdsched.runtime.metrics import FIRES, SKIPPED_SLOTS
 from etcdsched.scheduler.assign_requests import ASSIGNED, FULL, GONE
 from etcdsched.scheduler.backpressure import FiringBrake, NoBrake
 from etcdsched.scheduler.direct_fire import DirectFiring, DirectPlacement
@@ -240,6 +240,7 @@ class PartitionFirer(ConflictResolution):
         skips = [*plan.skips, *self._add_runs(write, entry, planned, now_ms, active)]
         write.ops += [Ops.put(self.keys.skip(s.job_id, s.first_slot_ms), s) for s in skips]
         write.ops += self.runs.outbox.skip_ops(entry.spec, self.partition, skips)
+        write.skips = skips
         self.stats.skipped += sum(s.count for s in skips)
         write.ops += self._due_ops(kv, entry, plan.next_entry, write)
         return write
@@ -390,6 +391,8 @@ class PartitionFirer(ConflictResolution):
                 self.on_fired(Versioned(self.keys.run(run.id), run, revision, revision, 1))
             self.stats.fired += len(created)
             FIRES.labels(kind="scheduled").inc(len(created))
+            for skip in write.skips:
+                SKIPPED_SLOTS.labels(reason=skip.reason).inc(skip.count)
             self.cancel_requests += write.cancel_after
 
     # -- loop ------------------------------------------------------------------

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from etcdsched.model.errors import OwnershipLost
 from etcdsched.model.planning import FirePlan, plan_fire
-from etcdsched.model.records import ActivePointer, DueEntry, RunRecord
+from etcdsched.model.records import ActivePointer, DueEntry, RunRecord, SkipRecord
 from etcdsched.scheduler.ownership import Ownership
 from etcdsched.store.cache import PrefixCache
 from etcdsched.store.keys import Keys, run_seq
@@ -42,6 +42,8 @@ class EntryWrite:
     cancel_after: list[tuple[str, int]] = field(default_factory=list)
     """Runs an ``overlap: cancel_previous`` run supersedes, with the instant
     to cancel them at: the new run's not-before, when it takes over."""
+    skips: list[SkipRecord] = field(default_factory=list)
+    """The skip records it writes (counted once the write commits)."""
     next_kv: tuple[str, bytes, DueEntry] | None = None
     """The job's next due entry: key, value (encoded once for its two puts
     and the cache) and the entry itself (so the next firing need not decode it)."""

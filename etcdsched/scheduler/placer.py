@@ -18,11 +18,11 @@ from collections.abc import Callable, Iterator
 
 from etcdsched.model.codec import CorruptRecord
 from etcdsched.model.placement import WorkerView, choose_worker, never_fits
-from etcdsched.model.records import ActivePointer, QueueEntry, RunRecord
+from etcdsched.model.records import ActivePointer, QueueEntry, RunRecord, SkipReason
 from etcdsched.model.statemachine import transition
 from etcdsched.model.states import RunState
 from etcdsched.runtime.clock import Clock
-from etcdsched.runtime.metrics import QUEUE_DEPTH
+from etcdsched.runtime.metrics import QUEUE_DEPTH, SKIPPED_SLOTS
 from etcdsched.scheduler.assigner import ASSIGNED, Assigner, AssignRequest
 from etcdsched.scheduler.dependency_gate import DependencyGate
 from etcdsched.scheduler.ownership import Ownership
@@ -224,14 +224,15 @@ class PartitionPlacer:
         deadline or an upstream failure ended it)."""
         run = current.value
         if self._past_deadline(run, now_ms):
-            await self._end_waiting(current, RunState.SKIPPED, "starting deadline passed", now_ms)
+            why = "starting deadline passed"
+            await self._skip_waiting(current, "starting_deadline", why, now_ms)
             return None
         if run.spec.overlap == "queue_one" and self._job_executing(run):
             return None
         if run.spec.depends_on:
             verdict = await self.dependencies.verdict(run, now_ms)
             if verdict.kind == "skip":
-                await self._end_waiting(current, RunState.SKIPPED, verdict.why, now_ms)
+                await self._skip_waiting(current, "dependency", verdict.why, now_ms)
                 return None
             if verdict.kind == "wait":
                 await self._note(current, verdict.why, now_ms)
@@ -295,15 +296,17 @@ class PartitionPlacer:
     def _last_worker(run: RunRecord) -> str | None:
         return run.attempts[-1].worker if run.attempts else None
 
-    async def _end_waiting(
-        self, current: Versioned[RunRecord], target: RunState, reason: str, now_ms: int
+    async def _skip_waiting(
+        self, current: Versioned[RunRecord], kind: SkipReason, reason: str, now_ms: int
     ) -> None:
-        """Compares: owner token, run unchanged."""
-        ended = transition(current.value, target, now_ms, reason=reason)
-        await self.store.txn(
+        """End a waiting run ``skipped``. Compares: owner token, run unchanged."""
+        ended = transition(current.value, RunState.SKIPPED, now_ms, reason=reason)
+        result = await self.store.txn(
             [self.ownership.guard(self.partition), Cmp.mod(current.key, current.mod_revision)],
             self.runs.settle(ended),
         )
+        if result.succeeded:
+            SKIPPED_SLOTS.labels(reason=kind).inc()
 
     async def _note_never_fits(
         self, current: Versioned[RunRecord], views: dict[str, WorkerView], now_ms: int

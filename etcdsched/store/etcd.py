@@ -31,7 +31,7 @@ from etcd3aio._protobuf import (
 )
 
 from etcdsched.model.errors import OutcomeUnknown, StoreRejected, StoreUnavailable
-from etcdsched.runtime.metrics import ETCD_LATENCY
+from etcdsched.runtime.metrics import ETCD_LATENCY, ETCD_REQUEST_ERRORS
 from etcdsched.store.kv import (
     KV,
     Compacted,
@@ -221,13 +221,15 @@ class EtcdStore:
         """Run one RPC, mapping transport failures to our errors. An expired
         auth token is refreshed once."""
         self.stats.requests += 1
+        label = op or ("write" if write else "read")
         started = time.perf_counter()
         try:
             return await self._call_once(write, make)
+        except (StoreUnavailable, StoreRejected):  # OutcomeUnknown is a StoreUnavailable
+            ETCD_REQUEST_ERRORS.labels(op=label).inc()
+            raise
         finally:
-            ETCD_LATENCY.labels(op=op or ("write" if write else "read")).observe(
-                time.perf_counter() - started
-            )
+            ETCD_LATENCY.labels(op=label).observe(time.perf_counter() - started)
 
     async def _call_once(self, write: bool, make: Any) -> Any:
         for attempt in (1, 2):

@@ -32,6 +32,7 @@ from etcdsched.model.triggers import (
     why_no_slot,
 )
 from etcdsched.runtime.clock import Clock
+from etcdsched.runtime.metrics import SKIPPED_SLOTS
 from etcdsched.store.dependencies import checked_dependencies
 from etcdsched.store.job_create import JobCreator, SharedLease
 from etcdsched.store.job_runs import ManualRuns, origin_of
@@ -316,19 +317,24 @@ class JobService(ManualRuns, JobCreator):
         job = old.model_copy(update={"state": "active", "paused_ms": None, "updated_ms": now})
         compares = [Cmp.mod(state.due.key, state.due.mod_revision)] if state.due else []
         prev = state.due.value if state.due else None
-        ops = self._missed_while_paused(job, prev, now, catch_up)
+        ops, skipped = self._missed_while_paused(job, prev, now, catch_up)
         ops += self._schedule_ops(job, state.job.version + 1, prev, now)
-        return await self._commit(state, job, ops, compares)
+        resumed = await self._commit(state, job, ops, compares)
+        if skipped:
+            SKIPPED_SLOTS.labels(reason="paused").inc(skipped)
+        return resumed
 
     def _missed_while_paused(
         self, job: JobRecord, prev: DueEntry | None, now: int, catch_up: CatchUp
-    ) -> list[Op]:
+    ) -> tuple[list[Op], int]:
+        """The ops recording the slots missed while paused, and how many of
+        them are skipped (with ``run_once`` the latest runs instead)."""
         if prev is None or prev.slot_ms > now:
-            return []
+            return [], 0
         trigger, anchor = job.spec.trigger, job.anchor_ms
         count = count_slots_between(trigger, prev.slot_ms - 1, now, anchor, 10**9)
         if count == 0:
-            return []
+            return [], 0
         last = (
             slots_between(trigger, prev.slot_ms - 1, now, anchor, count)[-1]
             if count < 10_000
@@ -351,7 +357,7 @@ class JobService(ManualRuns, JobCreator):
                 created_ms=now,
             )
             ops.append(Ops.put(self.keys.skip(job.id, prev.slot_ms), record))
-        return ops
+        return ops, max(skipped_count, 0)
 
     async def delete(self, job_id: str) -> list[str]:
         """Remove the job, its due entry and its idempotency record, and mark

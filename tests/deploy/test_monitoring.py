@@ -73,20 +73,6 @@ class Family:
         return {self.name: own}
 
 
-AWAITED = (
-    # Agreed with the webhook work (issue 31), being added to metrics.py.
-    Family("etcdsched_webhook_deliveries", "counter", ("result",)),
-    Family("etcdsched_webhook_attempts", "counter", ("result",)),
-    Family("etcdsched_webhook_pending", "gauge", ()),
-    # Missing from the code; docs/operations.md, "Alerts", says where each
-    # would be counted. Their alerts load, are unit-tested, and stay silent.
-    Family("etcdsched_skipped_slots", "counter", ("reason",)),
-    Family("etcdsched_etcd_request_errors", "counter", ("op",)),
-)
-"""Metrics the rules and the dashboard use that metrics.py may not define
-yet. A defined metric of the same name always wins (with its real labels)."""
-
-
 def defined_families() -> list[Family]:
     """Every metric object of etcdsched/runtime/metrics.py (all on its
     REGISTRY), read from the objects themselves: a labelled metric with no
@@ -101,12 +87,9 @@ def defined_families() -> list[Family]:
     return families
 
 
-def known_series(with_awaited: bool = True) -> dict[str, frozenset[str]]:
-    defined = defined_families()
-    names = {f.name for f in defined}
-    extra = [f for f in AWAITED if f.name not in names] if with_awaited else []
+def known_series() -> dict[str, frozenset[str]]:
     series: dict[str, frozenset[str]] = dict(PROMETHEUS_OWN)
-    for family in (*extra, *defined):
+    for family in defined_families():
         series.update(family.series())
     return series
 
@@ -257,17 +240,6 @@ def test_rules_name_only_exported_metrics_and_their_real_labels() -> None:
     assert problems == {}
 
 
-def test_awaited_metrics_are_defined() -> None:
-    """Says which metrics the rules and dashboard wait for; once metrics.py
-    defines them all, this passes (and AWAITED can be emptied)."""
-    defined = {f.name for f in defined_families()}
-    missing = [
-        f"{f.name} ({f.kind}, labels {list(f.labels)})" for f in AWAITED if f.name not in defined
-    ]
-    if missing:
-        pytest.skip("not yet in etcdsched/runtime/metrics.py: " + "; ".join(missing))
-
-
 # --- the dashboard --------------------------------------------------------------
 def test_dashboard_is_an_importable_grafana_model() -> None:
     dashboard = load_dashboard()
@@ -345,7 +317,7 @@ def test_a_running_agent_exports_what_the_rules_and_dashboard_use(tour: Tour) ->
     owned = [s.value for s in samples if s.name == "etcdsched_partitions_owned"]
     assert owned == [expected_partitions()], "one scheduler owns every partition"
     assert "etcdsched_start_lag_seconds_count" in exported and "etcdsched_fires_total" in exported
-    declared = known_series(with_awaited=False)
+    declared = known_series()
     unlabelled = {name for name, labels in declared.items() if not labels - {"le"}}
     awaited = set(known_series()) - set(declared)
     records = {rule["record"] for rule in load_rules() if "record" in rule}

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from etcdsched.model.records import RunRecord
 from etcdsched.model.states import RunState
+from etcdsched.runtime.metrics import SKIPPED_SLOTS
 from tests.support.e2e_jobs import (
     every_second,
     intervals,
@@ -156,6 +157,7 @@ async def test_overlap_skip_records_slots_that_come_due_while_a_run_is_active(
 ) -> None:
     services.start_scheduler("s1")
     start_worker(services, "w1")
+    counted_before = SKIPPED_SLOTS.labels(reason="overlap")._value.get()
     job_id, ledger = await overlapping_job(services, tmp_path, "skip", "skip", 1.6)
 
     async def skipped_then_ran_again() -> None:
@@ -167,6 +169,13 @@ async def test_overlap_skip_records_slots_that_come_due_while_a_run_is_active(
     await services.jobs.pause(full_id(job_id))
     assert max_concurrency(spans_of(ledger)) == 1
     assert all(s.count == 1 for s in await skips_of(services, job_id))
+
+    async def counted_once_committed() -> None:
+        """etcdsched_skipped_slots_total counts the committed records' slots."""
+        counted = SKIPPED_SLOTS.labels(reason="overlap")._value.get() - counted_before
+        assert counted == sum(s.count for s in await skips_of(services, job_id))
+
+    await assert_eventually(counted_once_committed, timeout=5)
     await ledger_ok(services, job_id)
 
 
