@@ -24,6 +24,7 @@ from pydantic import BaseModel
 
 from etcdsched.api.auth import Role, TenantLimits
 from etcdsched.api.errors import MalformedRequest
+from etcdsched.api.routes_webhooks import DeliveryList, WebhookList, WebhookView
 from etcdsched.api.schemas import (
     BackfillResult,
     ClusterView,
@@ -348,6 +349,20 @@ class Client:
 
     async def get_tenant(self, name: str) -> TenantView:
         return await self._model(TenantView, "GET", f"/v1/tenants/{_q(name)}")
+
+    # -- webhooks (docs/webhooks.md) -------------------------------------------
+    async def put_webhook(self, tenant: str, name: str, body: Mapping[str, Any]) -> WebhookView:
+        path = f"/v1/tenants/{_q(tenant)}/webhooks/{_q(name)}"
+        return await self._model(WebhookView, "PUT", path, body=dict(body))
+
+    async def list_webhooks(self, tenant: str) -> WebhookList:
+        return await self._model(WebhookList, "GET", f"/v1/tenants/{_q(tenant)}/webhooks")
+
+    async def delete_webhook(self, tenant: str, name: str) -> None:
+        await self._send("DELETE", f"/v1/tenants/{_q(tenant)}/webhooks/{_q(name)}")
+
+    async def run_deliveries(self, run_id: str) -> DeliveryList:
+        return await self._model(DeliveryList, "GET", f"/v1/runs/{_q(run_id)}/deliveries")
 
     async def health(self) -> Health:
         return await self._model(Health, "GET", "/healthz")

@@ -19,6 +19,7 @@ from etcdsched.api import (
     routes_jobs,
     routes_runs,
     routes_tokens,
+    routes_webhooks,
 )
 from etcdsched.api.auth import Authenticator, RateLimiter
 from etcdsched.api.errors import error_middleware
@@ -49,6 +50,7 @@ ROUTES: list[Route] = [
     *routes_runs.ROUTES,
     *routes_tokens.ROUTES,
     *routes_cluster.ROUTES,
+    *routes_webhooks.ROUTES,
 ]
 
 

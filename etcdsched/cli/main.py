@@ -24,6 +24,7 @@ from etcdsched.cli.job_edit import job_edit
 from etcdsched.cli.job_set import job_set
 from etcdsched.cli.processes import agent, up
 from etcdsched.cli.tokens import token
+from etcdsched.cli.webhooks import run_deliveries, webhook
 from etcdsched.client import Client
 from etcdsched.model.errors import EtcdschedError, Unauthorized
 
@@ -411,5 +412,7 @@ job.add_command(job_edit)
 job.add_command(job_set)
 main.add_command(up)
 main.add_command(token)
+main.add_command(webhook)
+run.add_command(run_deliveries)
 main.add_command(agent)
 main.add_command(bench)  # etcdsched.bench.command imports only click; the rest is lazy

@@ -117,15 +117,15 @@ def run_deliveries(run: RunRecord, tenant_hooks: Iterable[Webhook]) -> list[Deli
     it is terminal with an event some subscription wants. A success also
     owes a ``run.recovered`` *candidate* to webhooks that want that: whether
     the job had failed before is for the sender to read, not the run's
-    writer (it would cost every success of such a job a read)."""
+    writer (it would cost every success of such a job a read). A failure of
+    a job with ``pause_after_failures`` owes a *pause check* (see
+    :func:`pause_check`), subscribed or not."""
     kind = OUTCOME_EVENTS.get(run.state)
     if kind is None:
         return []
+    out = [pause_check(run)] if _may_pause(run) else []
     wanted = subscriptions(run.spec.notify, tenant_hooks)
-    if not wanted:
-        return []
     attempt = run.attempt
-    out = []
     for webhook, events in sorted(wanted.items()):
         for each in (kind, "run.recovered"):
             if each not in events or (each == "run.recovered" and kind != "run.succeeded"):
@@ -144,6 +144,68 @@ def run_deliveries(run: RunRecord, tenant_hooks: Iterable[Webhook]) -> list[Deli
                     run.updated_ms,
                 )
             )
+    return out
+
+
+PAUSE_CHECK = ""
+"""The webhook name of a pause check: a record for the sender, never POSTed."""
+
+
+def _may_pause(run: RunRecord) -> bool:
+    return run.spec.pause_after_failures is not None and run.state in FAILURE_STATES
+
+
+def pause_check(run: RunRecord) -> Delivery:
+    """The partition's sender reads the job's last runs and pauses it if
+    they are ``pause_after_failures`` failures in a row (the run's writer
+    cannot: that is a read, and a worker's report must stay cheap)."""
+    eid = event_id(run.id, run.attempt, "job.paused", PAUSE_CHECK)
+    body = {"pause_after_failures": run.spec.pause_after_failures}
+    return _delivery(
+        run.id, run.job_id, run.tenant, run.attempt, "job.paused", PAUSE_CHECK, eid, body,
+        run.updated_ms,
+    )  # fmt: skip
+
+
+def failure_streak(finished_newest_first: Iterable[RunRecord], count: int) -> bool:
+    """Whether the newest ``count`` finished runs (cancelled and skipped ones
+    aside) all failed, timed out or were lost."""
+    streak = 0
+    for run in finished_newest_first:
+        if run.state in (RunState.CANCELLED, RunState.SKIPPED) or not run.state.terminal:
+            continue
+        if run.state not in FAILURE_STATES:
+            return False
+        streak += 1
+        if streak >= count:
+            return True
+    return False
+
+
+def paused_deliveries(
+    check: Delivery, rules: Iterable[NotifyRule], tenant_hooks: Iterable[Webhook], now_ms: int
+) -> list[Delivery]:
+    """``job.paused`` for every webhook that wants it, written by the
+    transaction that pauses the job (so at most once per pause)."""
+    count = check.body.get("pause_after_failures")
+    out = []
+    for webhook, events in sorted(subscriptions(rules, tenant_hooks).items()):
+        if "job.paused" not in events:
+            continue
+        eid = event_id(check.run_id, check.attempt, "job.paused", webhook)
+        body: dict[str, Any] = {
+            "id": eid,
+            "type": "job.paused",
+            "occurred_at": _iso(now_ms),
+            "tenant": check.tenant,
+            "job": {"id": check.job_id, "name": check.job_id.rpartition(":")[2]},
+            "run": {"id": check.run_id, "attempt": check.attempt, "reason": ""},
+            "reason": f"paused by etcdsched after {count} failed runs in a row",
+            "link": f"/v1/jobs/{check.job_id}",
+        }
+        body["text"] = slack_text(body) + f": {body['reason']}"
+        out.append(_delivery(check.run_id, check.job_id, check.tenant, check.attempt,
+                             "job.paused", webhook, eid, body, now_ms))  # fmt: skip
     return out
 
 

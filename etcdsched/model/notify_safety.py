@@ -71,3 +71,19 @@ def literal_address(host: str) -> str | None:
     except ValueError:
         return None
     return bare
+
+
+def redacted_url(url: str) -> str:
+    """``url`` without its path and query: what a viewer, a log line or an
+    error may show. Some receivers (Slack's incoming webhooks among them)
+    carry their credential in the path."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "(an invalid URL)"
+    if ":" in host:
+        host = f"[{host}]"
+    rest = "/..." if (parts.path not in ("", "/") or parts.query) else "/"
+    return f"{parts.scheme}://{host}{port}{rest}"

@@ -243,6 +243,13 @@ class JobSpec(_Strict):
     dependency_timeout: PosDuration = Field(
         timedelta(days=1), description="How long after its slot a run waits for its upstreams."
     )
+    pause_after_failures: StrictInt | None = Field(
+        None,
+        ge=1,
+        le=1000,
+        description="Pause the job once this many runs in a row ended failed, timed out or"
+        " lost (sends job.paused; docs/webhooks.md).",
+    )
     notify: list[NotifyRule] = Field(
         default_factory=list,
         max_length=MAX_NOTIFY_RULES,

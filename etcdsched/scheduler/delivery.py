@@ -17,18 +17,23 @@ import logging
 from dataclasses import dataclass
 
 from etcdsched.config import Config
+from etcdsched.model.codec import CorruptRecord
 from etcdsched.model.errors import EtcdschedError, OwnershipLost
-from etcdsched.model.notify_events import after_attempt, is_recovery
+from etcdsched.model.notify_events import PAUSE_CHECK, after_attempt, is_recovery
 from etcdsched.model.notify_records import Delivery, Webhook
 from etcdsched.model.records import RunRecord
 from etcdsched.model.states import RunState
 from etcdsched.runtime.clock import Clock
 from etcdsched.runtime.metrics import WEBHOOK_ATTEMPTS, WEBHOOK_DELIVERIES, WEBHOOK_PENDING
+from etcdsched.scheduler.delivery_pause import FailurePause
 from etcdsched.scheduler.ownership import Ownership
 from etcdsched.scheduler.webhook_sender import AttemptResult, WebhookSender
 from etcdsched.store.cache import PrefixCache
+from etcdsched.store.jobs import JobService
 from etcdsched.store.keys import Keys
 from etcdsched.store.kv import KV, Cmp, Op, Ops, Store
+from etcdsched.store.outbox import Outbox
+from etcdsched.store.webhooks import TenantWebhooks
 
 log = logging.getLogger(__name__)
 RECOVERY_LOOKBACK = 20
@@ -52,6 +57,38 @@ class DeliverySettings:
         )
 
 
+class Notifications:
+    """What a scheduler keeps for webhooks: the tenants' webhooks (watched),
+    the outbox its run-ending transactions write through, the HTTP sender,
+    and a delivery loop per owned partition."""
+
+    def __init__(
+        self, config: Config, store: Store, keys: Keys, clock: Clock, ownership: Ownership
+    ) -> None:
+        self.store, self.keys, self.clock, self.ownership = store, keys, clock, ownership
+        self.webhooks = TenantWebhooks(store, clock, keys)
+        self.outbox = Outbox(keys, self.webhooks.of)
+        self.sender = WebhookSender(config.webhook_timeout_ms / 1000, config.webhook_link_base)
+        self.settings = DeliverySettings.of(config)
+        self.pauses: FailurePause | None = None
+
+    def know_partitions(self, partitions: int) -> None:
+        """Pausing a job needs the partition count (known once the cluster is)."""
+        jobs = JobService(self.store, self.keys, self.clock, partitions)
+        self.pauses = FailurePause(self.store, self.keys, self.clock, jobs, self.outbox)
+
+    def loop(self, partition: int) -> PartitionDelivery:
+        return PartitionDelivery(
+            partition,
+            *(self.store, self.keys, self.clock, self.ownership, self.sender),
+            self.settings,
+            self.pauses,
+        )
+
+    async def close(self) -> None:
+        await self.sender.close()
+
+
 class PartitionDelivery:
     """Watches ``outbox/<pp>/`` and sends each pending delivery when due."""
 
@@ -64,7 +101,10 @@ class PartitionDelivery:
         ownership: Ownership,
         sender: WebhookSender,
         settings: DeliverySettings,
+        pauses: FailurePause | None = None,
     ) -> None:
+        """``pauses`` handles pause checks (``pause_after_failures``); without
+        it they are retired unread."""
         self.partition = partition
         self.store = store
         self.keys = keys
@@ -72,6 +112,7 @@ class PartitionDelivery:
         self.ownership = ownership
         self.sender = sender
         self.settings = settings
+        self.pauses = pauses
         self.outbox = PrefixCache(store, clock, keys.outbox_prefix(partition), relist_every=30.0)
         self._inflight: dict[str, asyncio.Task[None]] = {}
         self._handled: dict[str, int] = {}
@@ -109,8 +150,11 @@ class PartitionDelivery:
         for key, task in list(self._inflight.items()):
             if task.done():
                 del self._inflight[key]
-                if not task.cancelled() and isinstance(task.exception(), OwnershipLost):
+                error = None if task.cancelled() else task.exception()
+                if isinstance(error, OwnershipLost):
                     raise OwnershipLost(f"partition {self.partition} is not owned")
+                if error is not None:
+                    log.error("delivery %s failed unexpectedly", key, exc_info=error)
 
     def _count_pending(self) -> None:
         pending = len(self.outbox.items)
@@ -126,7 +170,12 @@ class PartitionDelivery:
         for key, kv in list(items.items()):
             if key in self._inflight or self._handled.get(key) == kv.mod_revision:
                 continue
-            delivery = kv.decode(Delivery).value
+            try:
+                delivery = kv.decode(Delivery).value
+            except CorruptRecord:
+                self._handled[key] = kv.mod_revision  # left for an operator; never sent
+                log.warning("outbox record %s does not decode; not sent", key)
+                continue
             if delivery.next_attempt_ms > now_ms:
                 if soonest is None or delivery.next_attempt_ms < soonest:
                     soonest = delivery.next_attempt_ms
@@ -138,6 +187,12 @@ class PartitionDelivery:
 
     async def _attempt(self, kv: KV, delivery: Delivery) -> None:
         try:
+            if delivery.webhook == PAUSE_CHECK:  # not a POST: a decision of the owner
+                if self.pauses is not None:
+                    await self.pauses.check(delivery, self.partition)
+                await self._record(kv, delivery)
+                self._handled[kv.key] = kv.mod_revision
+                return
             hook = await self._webhook(delivery)
             if hook is None:
                 result = AttemptResult(None, f"webhook {delivery.webhook} no longer exists")
@@ -192,7 +247,9 @@ class PartitionDelivery:
         """Compares: we own the partition; the delivery is as we read it.
         Pending: rewritten in place. Ended: moved to ``deliveries/``."""
         ops: list[Op]
-        if delivery.state == "pending":
+        if delivery.webhook == PAUSE_CHECK:
+            ops = [Ops.delete(kv.key)]  # done: its events, if any, are deliveries of their own
+        elif delivery.state == "pending":
             ops = [Ops.put(kv.key, delivery)]
         else:
             ops = [

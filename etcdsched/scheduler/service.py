@@ -29,7 +29,7 @@ from etcdsched.runtime.metrics import PARTITIONS_OWNED
 from etcdsched.scheduler.after_watch import AfterWatch
 from etcdsched.scheduler.assigner import Assigner
 from etcdsched.scheduler.capacity import CapacityIndex
-from etcdsched.scheduler.delivery import DeliverySettings, PartitionDelivery
+from etcdsched.scheduler.delivery import Notifications
 from etcdsched.scheduler.direct_fire import DirectPlacement
 from etcdsched.scheduler.firing import PartitionFirer
 from etcdsched.scheduler.overlap import active_runs_cache
@@ -39,14 +39,11 @@ from etcdsched.scheduler.placer import PartitionPlacer
 from etcdsched.scheduler.recovery import PartitionRecovery
 from etcdsched.scheduler.retention import RetentionSweeper
 from etcdsched.scheduler.staging import StagingLead
-from etcdsched.scheduler.webhook_sender import WebhookSender
 from etcdsched.store.cache import PrefixCache, versions, wait_any_change
 from etcdsched.store.keys import Keys
 from etcdsched.store.kv import Cmp, Ops, Store
-from etcdsched.store.outbox import Outbox
 from etcdsched.store.runs import cancel_run
 from etcdsched.store.session import RenewerFactory, Session
-from etcdsched.store.webhooks import TenantWebhooks
 
 log = logging.getLogger(__name__)
 FIRING_IN_PARALLEL = 2
@@ -128,10 +125,9 @@ class SchedulerService:
             store, clock, keys.members_prefix("schedulers"), relist_every=10
         )
         self.owners = PrefixCache(store, clock, keys.owners_prefix(), relist_every=10)
-        self.webhooks = TenantWebhooks(store, clock, keys)
-        self.outbox = Outbox(keys, self.webhooks.of)
-        """Runs this scheduler ends write their webhook deliveries (docs/webhooks.md)."""
-        self.sender = WebhookSender(config.webhook_timeout_ms / 1000, config.webhook_link_base)
+        self.notify = Notifications(config, store, keys, clock, self.ownership)
+        """Runs this scheduler ends write their webhook deliveries; it sends
+        those of its partitions (docs/webhooks.md)."""
         self._caches: list[asyncio.Task[None]] = []
         self.retention = RetentionSweeper(
             store, keys, logs, config.retention_log_delete_grace_ms
@@ -170,6 +166,7 @@ class SchedulerService:
             self.store, self.keys, self.config.partitions, self.clock.now_ms()
         )
         self.partitions = meta.partitions
+        self.notify.know_partitions(self.partitions)
         self._start_caches()
         try:
             while True:
@@ -180,12 +177,13 @@ class SchedulerService:
             for task in [*self._caches, *self._timers]:
                 task.cancel()
             await asyncio.gather(*self._caches, return_exceptions=True)
-            await self.sender.close()
+            await self.notify.close()
             if self.session is not None:
                 await self.session.close()
 
     def _start_caches(self) -> None:
-        for cache in (self.workers, self.assignments, self.schedulers, self.owners, self.webhooks):
+        hooks = self.notify.webhooks
+        for cache in (self.workers, self.assignments, self.schedulers, self.owners, hooks):
             self._caches.append(asyncio.create_task(cache.run(), name=f"cache {cache.prefix}"))
         self._caches.append(asyncio.create_task(self.placement.run(), name="placement"))
         self._caches.append(asyncio.create_task(self._measure_staging(), name="staging-rate"))
@@ -212,6 +210,7 @@ class SchedulerService:
                 self.store, self.clock, self.config.lease_ttl, renew_store=self.renew_store
             )
             self.ownership.bind(self.session)
+            await self.notify.webhooks.ready.wait()  # no run ends before its webhooks are known
             await self._register(self.session)
             await self.schedulers.ready.wait()
             while not self.session.lost:
@@ -338,12 +337,8 @@ class SchedulerService:
         )
         after = AfterWatch(firer, self.store, self.keys, self.clock, self.ownership)
         for part in (firer, placer, recovery):
-            part.runs.outbox = self.outbox
-        delivery = PartitionDelivery(
-            partition,
-            *(self.store, self.keys, self.clock, self.ownership, self.sender),
-            DeliverySettings.of(cfg),
-        )
+            part.runs.outbox = self.notify.outbox
+        delivery = self.notify.loop(partition)
         tasks = PartitionTasks(firer, placer, recovery, active, after)
         tasks.tasks = [
             asyncio.create_task(active.run(), name=f"active-{partition}"),

@@ -22,7 +22,12 @@ from yarl import URL
 
 from etcdsched.model.notify_events import EVENT_ID_HEADER, SIGNATURE_HEADER, signature
 from etcdsched.model.notify_records import Delivery, Webhook
-from etcdsched.model.notify_safety import address_refusal, literal_address, url_refusal
+from etcdsched.model.notify_safety import (
+    address_refusal,
+    literal_address,
+    redacted_url,
+    url_refusal,
+)
 
 MAX_RESPONSE_BYTES = 4096
 USER_AGENT = "etcdsched-webhook/1"
@@ -118,7 +123,7 @@ class WebhookSender:
         try:
             return await self._post(hook, data, headers)
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            return AttemptResult(None, _describe(exc))
+            return AttemptResult(None, _describe(exc).replace(hook.url, redacted_url(hook.url)))
 
     async def _post(self, hook: Webhook, data: bytes, headers: dict[str, str]) -> AttemptResult:
         session = self._session(hook.allow_private)

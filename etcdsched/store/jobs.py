@@ -17,7 +17,7 @@ raced no one, so that is no conflict for it.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
@@ -245,12 +245,13 @@ class JobService(ManualRuns, JobCreator):
         put_keys = {op.key for op in puts}
         return compares, [op for op in removes if op.key not in put_keys] + puts
 
-    async def pause(self, job_id: str) -> JobRecord:
+    async def pause(self, job_id: str, also: Sequence[Op] = ()) -> JobRecord:
         """No new slots. The due entry leaves the index but its pointer stays,
         marking the paused slot, so resume can account for every missed slot.
         Runs already fired (a lead ahead) for slots after the pause are
-        withdrawn: cancelled before they start."""
-        paused = await self._retry_due_moved(job_id, lambda: self._pause_once(job_id))
+        withdrawn: cancelled before they start. ``also``: ops written only
+        by the transaction that pauses it (a system pause's webhook events)."""
+        paused = await self._retry_due_moved(job_id, lambda: self._pause_once(job_id, also))
         if paused.paused_ms is not None:
             reason = "withdrawn: job paused before its slot"
             await self._withdraw(job_id, reason, paused.paused_ms)
@@ -287,7 +288,7 @@ class JobService(ManualRuns, JobCreator):
             except (NotFound, Conflict):
                 continue  # retention took it, or it keeps changing: it is no longer ours to stop
 
-    async def _pause_once(self, job_id: str) -> JobRecord:
+    async def _pause_once(self, job_id: str, also: Sequence[Op] = ()) -> JobRecord:
         state = await self.load(job_id)
         if state.job.value.state == "paused":
             return state.job.value
@@ -301,7 +302,7 @@ class JobService(ManualRuns, JobCreator):
             entry = state.due.value
             compares.append(Cmp.mod(state.due.key, state.due.mod_revision))
             ops.append(Ops.delete(self.keys.due(self.partition(job_id), entry.slot_ms, job_id)))
-        return await self._commit(state, job, ops, compares)
+        return await self._commit(state, job, [*ops, *also], compares)
 
     async def resume(self, job_id: str, catch_up: CatchUp = "skip") -> JobRecord:
         """Schedule again from now. Slots missed while paused get one skip

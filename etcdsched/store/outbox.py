@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from etcdsched.model.notify_events import run_deliveries, skip_deliveries
+from etcdsched.model.notify_events import paused_deliveries, run_deliveries, skip_deliveries
 from etcdsched.model.notify_records import Delivery
 from etcdsched.model.records import RunRecord, SkipRecord
 from etcdsched.model.spec import JobSpec
@@ -37,9 +37,16 @@ class Outbox:
         if not run.state.terminal:
             return []
         hooks = self.hooks_of(run.tenant)
-        if not run.spec.notify and not hooks:
+        if not run.spec.notify and not hooks and run.spec.pause_after_failures is None:
             return []
         return [self._put(run.partition, d) for d in run_deliveries(run, hooks)]
+
+    def paused_ops(self, check: Delivery, spec: JobSpec, partition: int, now_ms: int) -> list[Op]:
+        """Puts of the ``job.paused`` events of a pause the sender makes."""
+        hooks = self.hooks_of(spec.tenant)
+        return [
+            self._put(partition, d) for d in paused_deliveries(check, spec.notify, hooks, now_ms)
+        ]
 
     def skip_ops(self, spec: JobSpec, partition: int, skips: Iterable[SkipRecord]) -> list[Op]:
         """Puts for the ``slot.skipped`` events of skip records just written."""

@@ -149,6 +149,7 @@ class WorkerService:
                 alive=self._loop_alive,
             )
             self.session.on_lost(self._fence)
+            await self.webhooks.ready.wait()  # no run ends before its tenant's webhooks are known
             await self._register(self.session)
             assignments = PrefixCache(
                 self.store,

@@ -186,3 +186,36 @@ async def test_a_sender_killed_before_its_post_completes_is_replaced_and_the_eve
         assert {r.kind for r in receiver.received} == {"run.failed"}
     finally:
         await receiver.stop()
+
+
+async def test_a_job_failing_twice_in_a_row_is_paused_and_says_so_once(
+    services: Services, receiver: WebhookReceiver
+) -> None:
+    await make_hook(services.store, services.keys, receiver.url)
+    services.start_scheduler("s1")
+    start_worker(services, "w1")
+    job = spec(
+        {"kind": "interval", "every": "1s"},
+        ["false"],
+        pause_after_failures=2,
+        notify=notify("job.paused"),
+    )
+    await services.jobs.create(job, "wh-pause")
+
+    async def paused() -> None:
+        assert (await services.jobs.get(full_id("wh-pause"))).state == "paused"
+
+    await assert_eventually(paused, timeout=20)
+    runs = await wait_runs(services, "wh-pause", terminal, timeout=20)
+    failed = [run for run in runs if run.state == "failed"]
+    assert len(failed) >= 2, [(r.id, r.state) for r in runs]
+
+    async def all_sent() -> None:
+        prefix = f"{services.keys.prefix}outbox/"
+        assert (await services.store.range(prefix, count_only=True)).count == 0
+        assert [r.kind for r in receiver.received] == ["job.paused"]
+
+    await assert_eventually(all_sent, timeout=15)
+    body = receiver.received[0].json
+    assert body["job"]["id"] == full_id("wh-pause") and "2 failed runs in a row" in body["reason"]
+    assert body["run"]["id"] in {run.id for run in failed[:2]}

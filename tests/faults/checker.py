@@ -14,6 +14,8 @@ and reports every broken promise:
 * promise 4 — a zombie cannot corrupt a run: ``stale_outcome`` (an outcome the
   ledger does not back), ``unknown_attempt`` (the ledger saw an execution the
   run record does not list), ``orphan_process`` (still running after quiesce).
+* webhooks: exactly one event per subscribed outcome (``webhook_*``, checked
+  by :mod:`tests.faults.webhook_check` against what a receiver got).
 
 An execution's *alive interval* is [its start, its last beat or end]. The
 last beat can be up to 100 ms before the process really died, so an overlap
@@ -46,6 +48,9 @@ VIOLATION_KINDS = {
     "stale_outcome": "an attempt recorded succeeded/failed that the ledger does not back",
     "unknown_attempt": "the ledger saw an execution that the run record does not list",
     "orphan_process": "a job process still alive after quiesce",
+    "webhook_missing": "a subscribed outcome whose event the receiver never got",
+    "webhook_unexpected": "an event no recorded outcome explains",
+    "webhook_mismatch": "one event id received with two different bodies",
 }
 
 

@@ -52,18 +52,22 @@ from typing import Any
 import etcdsched
 from etcdsched.model.durations import parse_duration
 from etcdsched.model.errors import EtcdschedError
+from etcdsched.model.notify_records import Webhook
 from etcdsched.runtime.clock import SystemClock
 from etcdsched.scheduler.service import ensure_cluster
 from etcdsched.store.etcd import EtcdOptions, EtcdStore
 from etcdsched.store.jobs import JobService
 from etcdsched.store.keys import Keys
+from etcdsched.store.webhooks import WebhookStore
 from tests.faults.checker import check_history
 from tests.faults.collect import collect_history, dump_history, pause_all, wait_until
 from tests.faults.faults import Injector
 from tests.faults.fleet import Fleet
 from tests.faults.report import RunInfo, RunOutcome, command_line, render_text, write_report
-from tests.faults.workload import Workload
+from tests.faults.webhook_check import TENANT_EVENTS, check_webhooks, read_received
+from tests.faults.workload import WEBHOOK, Workload
 from tests.support.ledgerfile import JOBSCRIPT
+from tests.support.webhook_receiver import WebhookReceiver
 
 log = logging.getLogger("tests.faults.harness")
 PARTITIONS = 8  # what tests/support/procs.agent_env configures
@@ -135,10 +139,12 @@ def source_commit() -> str:
 async def _drive(config: HarnessConfig, fleet: Fleet, info: RunInfo) -> RunOutcome:
     await asyncio.to_thread(fleet.start_cluster)
     store = await EtcdStore.connect(EtcdOptions(endpoints=tuple(fleet.endpoints)))
+    receiver = WebhookReceiver(record_path=fleet.work_dir / "webhooks.jsonl")
     try:
         keys, clock = Keys(fleet.prefix), SystemClock()
         await ensure_cluster(store, keys, PARTITIONS, clock.now_ms())
         info.etcd_version = await store.server_version()
+        await _subscribe(store, keys, receiver)
         fleet.start_agents()
         await _wait_agents_ready(store, keys, config)
         jobs = JobService(store, keys, clock, PARTITIONS)
@@ -155,7 +161,28 @@ async def _drive(config: HarnessConfig, fleet: Fleet, info: RunInfo) -> RunOutco
         info.injected_s = await _inject(config, injector, jobs, workload)
         return await _quiesce_and_check(config, fleet, store, keys, jobs, info, injector)
     finally:
+        receiver.stop_thread()
         await store.close()
+
+
+async def _subscribe(store: EtcdStore, keys: Keys, receiver: WebhookReceiver) -> None:
+    """Start the receiver (on loopback, recording every POST) and write the
+    tenant's webhook to it: the run outcomes of every job (their specs add
+    skipped slots)."""
+    receiver.start_thread()
+    now = SystemClock().now_ms()
+    hook = Webhook(
+        tenant="default",
+        name=WEBHOOK,
+        url=receiver.url,
+        events=frozenset(TENANT_EVENTS),
+        secret="harness-signing-secret",
+        allow_http=True,
+        allow_private=True,
+        created_ms=now,
+        updated_ms=now,
+    )
+    await WebhookStore(store, keys).put(hook)
 
 
 async def _wait_agents_ready(store: EtcdStore, keys: Keys, config: HarnessConfig) -> None:
@@ -233,6 +260,13 @@ async def _quiesce_and_check(
 
     if not await wait_until(all_terminal, timeout=config.quiesce_timeout_s):
         log.warning("runs still active after %.0f s", config.quiesce_timeout_s)
+
+    async def outbox_empty() -> bool:
+        page = await store.range(f"{keys.prefix}outbox/", count_only=True)
+        return page.count == 0
+
+    if not await wait_until(outbox_empty, timeout=config.quiesce_timeout_s):
+        log.warning("webhook deliveries still pending after %.0f s", config.quiesce_timeout_s)
     info.quiesce_s = time.monotonic() - started
     info.etcd_replacements = fleet.etcd_replacements
     info.etcd_revisions = await asyncio.to_thread(_member_revisions, fleet)
@@ -246,6 +280,10 @@ async def _quiesce_and_check(
         for fault in sorted([*injector.faults, *injector.exits], key=lambda f: f.at_s):
             out.write(json.dumps(asdict(fault)) + "\n")
     report = check_history(history)
+    received = read_received(fleet.work_dir / "webhooks.jsonl")
+    hooks = check_webhooks(history.runs, history.skips, received)
+    report.violations += hooks.violations
+    log.info("%s", hooks.summary())
     return RunOutcome(info, report, injector.faults, injector.exits)
 
 

@@ -6,6 +6,7 @@ retries), ``hanging`` (sleeps 30 s against a 1 s timeout) — all recurring
 on 1-2 s intervals with mixed misfire and overlap policies — and ``at``
 one-offs at future instants. Every job retries (initial delay 0), so an
 attempt lost with its worker is rerun and its rerun delay can be measured.
+Every job subscribes to webhook events (:data:`WEBHOOK`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ SLEEP = {
 }
 TIMEOUT_S = {"quick": 5, "long": 8, "failing": 5, "hanging": 1, "at": 5}
 ATTEMPTS = {"quick": 3, "long": 3, "failing": 3, "hanging": 2, "at": 3}
+WEBHOOK = "harness"
+"""Every job names the harness's webhook for its skipped slots; the tenant's
+webhook itself wants the run outcomes (tests/faults/webhook_check.py)."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,7 @@ class Workload:
                     "max_catch_up": 3,
                 },
                 "retry": {"max_attempts": ATTEMPTS[kind], "initial_delay": "0s", "jitter": 0},
+                "notify": [{"webhook": WEBHOOK, "events": ["slot.skipped"]}],
             }
         )
 

@@ -49,6 +49,8 @@ class WebhookReceiver:
     port: int = 0
     _runner: web.AppRunner | None = None
     _release: asyncio.Event | None = None
+    _loop: asyncio.AbstractEventLoop | None = None
+    _thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
@@ -60,11 +62,8 @@ class WebhookReceiver:
         app.router.add_post("/hook", self._handle)
         self._runner = web.AppRunner(app, handle_signals=False)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", self.port)
-        await site.start()
-        server = site._server
-        assert server is not None
-        self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+        self.port = int(self._runner.addresses[0][1])
         return self
 
     async def stop(self) -> None:
@@ -106,18 +105,28 @@ class WebhookReceiver:
         status = self.statuses[index] if index < len(self.statuses) else 200
         return web.Response(status=status, text="ok" if status < 300 else "no")
 
-    def start_thread(self) -> threading.Thread:
+    def start_thread(self) -> None:
         """Serve on a thread with its own loop (for a harness whose own
         loop blocks); returns once the port is known."""
         ready = threading.Event()
+        loop = asyncio.new_event_loop()
 
         def serve() -> None:
-            loop = asyncio.new_event_loop()
             loop.run_until_complete(self.start())
             ready.set()
             loop.run_forever()
+            loop.close()
 
-        thread = threading.Thread(target=serve, name="webhook-receiver", daemon=True)
-        thread.start()
+        self._thread = threading.Thread(target=serve, name="webhook-receiver", daemon=True)
+        self._loop = loop
+        self._thread.start()
         ready.wait(10)
-        return thread
+
+    def stop_thread(self) -> None:
+        """Stop what :meth:`start_thread` started."""
+        if self._loop is None or self._thread is None:
+            return
+        asyncio.run_coroutine_threadsafe(self.stop(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop = self._thread = None

@@ -233,3 +233,54 @@ def test_literal_hosts() -> None:
 def test_a_delivery_round_trips_through_its_record() -> None:
     (d,) = run_deliveries(ended("failed", notify=NOTIFY), [])
     assert Delivery.model_validate_json(d.model_dump_json()) == d
+
+
+def test_the_verification_example_in_the_docs_accepts_what_the_sender_signs() -> None:
+    import re
+    import time
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[2] / "docs" / "webhooks.md").read_text()
+    (example,) = re.findall(r"```python\n(.*?)```", doc, re.S)
+    assert len(example.strip().splitlines()) <= 10
+    scope: dict[str, Any] = {}
+    exec(example, scope)  # (our own documentation)
+    body, now = b'{"id":"e"}', int(time.time())
+    assert scope["verify"]("k", body, signature("k", body, now))
+    assert not scope["verify"]("k", body + b"x", signature("k", body, now))
+    assert not scope["verify"]("k", body, signature("k", body, now - 600))
+
+
+def test_a_failure_of_a_job_that_pauses_owes_a_pause_check_subscribed_or_not() -> None:
+    from etcdsched.model.notify_events import PAUSE_CHECK, failure_streak, paused_deliveries
+
+    run = ended("failed", pause_after_failures=3)
+    (check,) = run_deliveries(run, [])
+    assert (check.kind, check.webhook, check.body) == (
+        "job.paused",
+        PAUSE_CHECK,
+        {"pause_after_failures": 3},
+    )
+    assert run_deliveries(ended("succeeded", pause_after_failures=3), []) == []
+    assert RunOps(KEYS).settle(ended("failed"))[-1].kind == "delete"  # no setting: no check
+    rules = job_spec(notify=[{"webhook": "ops", "events": ["job.paused"]}]).notify
+    (event,) = paused_deliveries(check, rules, [hook("quiet")], T0 + 9)
+    assert event.event_id == event_id(run.id, run.attempt, "job.paused", "ops")
+    assert "3 failed runs in a row" in event.body["reason"]
+    assert paused_deliveries(check, [], [], T0) == []
+    failed, ok = ended("failed"), ended("succeeded")
+    cancelled = ended("cancelled")
+    assert failure_streak([failed, cancelled, failed], 2)
+    assert not failure_streak([failed, ok, failed], 2)
+    assert not failure_streak([failed], 2)
+
+
+def test_a_url_is_shown_without_its_path_and_query_where_it_may_be_a_credential() -> None:
+    from etcdsched.model.notify_safety import redacted_url
+
+    assert (
+        redacted_url("https://hooks.slack.com/services/T0/B0/XYZ") == "https://hooks.slack.com/..."
+    )
+    assert redacted_url("https://h.example:8443/?token=1") == "https://h.example:8443/..."
+    assert redacted_url("http://[::1]:9/") == "http://[::1]:9/"
+    assert redacted_url("https://h.example:99999/x") == "(an invalid URL)"

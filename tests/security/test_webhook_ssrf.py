@@ -1,0 +1,170 @@
+"""The webhook sender as an attacker would use it (docs/webhooks.md,
+"Safety"): a tenant's editor picks the URL, the scheduler sends from inside
+the network. Each attack is tried both ways: refused by default, and let
+through only by the admin's explicit allowance. Every server here is a real
+one on 127.0.0.1; a refused request must never reach it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import pytest_asyncio
+from aiohttp import web
+
+from etcdsched.model.notify_records import Delivery, Webhook
+from etcdsched.scheduler.webhook_sender import MAX_RESPONSE_BYTES, WebhookSender
+from tests.support.webhook_receiver import WebhookReceiver
+
+NOW_MS = int(time.time() * 1000)
+DELIVERY = Delivery(
+    event_id="e" * 32,
+    kind="run.failed",
+    tenant="acme",
+    webhook="ops",
+    job_id="acme:j",
+    run_id="acme:j@00000000000001",
+    attempt=1,
+    body={"id": "e" * 32, "type": "run.failed", "link": "/v1/runs/acme:j@00000000000001"},
+    created_ms=NOW_MS,
+    next_attempt_ms=NOW_MS,
+)
+
+
+def hook(url: str, *, allow_http: bool = True, allow_private: bool = False) -> Webhook:
+    return Webhook(
+        tenant="acme",
+        name="ops",
+        url=url,
+        secret="k" * 16,
+        allow_http=allow_http,
+        allow_private=allow_private,
+        created_ms=NOW_MS,
+        updated_ms=NOW_MS,
+    )
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def receiver() -> AsyncIterator[WebhookReceiver]:
+    got = await WebhookReceiver().start()
+    try:
+        yield got
+    finally:
+        await got.stop()
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def sender() -> AsyncIterator[WebhookSender]:
+    made = WebhookSender(timeout_s=1.0)
+    try:
+        yield made
+    finally:
+        await made.close()
+
+
+async def test_loopback_is_refused_unless_the_admin_allowed_private_targets(
+    receiver: WebhookReceiver, sender: WebhookSender
+) -> None:
+    refused = await sender.send(hook(receiver.url), DELIVERY, int(time.time()))
+    assert refused.status is None and "loopback" in refused.error
+    by_name = receiver.url.replace("127.0.0.1", "localhost")
+    refused = await sender.send(hook(by_name), DELIVERY, int(time.time()))
+    assert refused.status is None and "refused" in refused.error, refused
+    assert receiver.received == []
+    allowed = await sender.send(hook(receiver.url, allow_private=True), DELIVERY, 1)
+    assert allowed.ok and len(receiver.received) == 1
+
+
+async def test_the_metadata_address_and_private_networks_are_never_dialled(
+    sender: WebhookSender,
+) -> None:
+    for url in (
+        "http://169.254.169.254/latest/meta-data/",
+        "http://[fd00:ec2::254]/latest/",
+        "http://10.0.0.1/",
+        "http://[::ffff:127.0.0.1]:9/",
+        "http://0.0.0.0:9/",
+    ):
+        started = time.monotonic()
+        result = await sender.send(hook(url), DELIVERY, 1)
+        assert result.status is None and result.error.startswith("refused"), (url, result)
+        assert time.monotonic() - started < 0.5, "refused before any connection attempt"
+
+
+async def test_plain_http_needs_the_admins_allowance(
+    receiver: WebhookReceiver, sender: WebhookSender
+) -> None:
+    result = await sender.send(
+        hook(receiver.url, allow_http=False, allow_private=True), DELIVERY, 1
+    )
+    assert result.status is None and "https" in result.error and receiver.received == []
+
+
+async def serve(handler: web.RequestHandler) -> tuple[str, web.AppRunner]:  # type: ignore[type-arg]
+    app = web.Application()
+    app.router.add_post("/hook", handler)
+    runner = web.AppRunner(app, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    return f"http://{host}:{port}/hook", runner
+
+
+async def test_a_redirect_is_a_failed_attempt_and_never_followed(
+    receiver: WebhookReceiver, sender: WebhookSender
+) -> None:
+    async def redirect(request: web.Request) -> web.Response:
+        raise web.HTTPTemporaryRedirect(receiver.url)
+
+    url, runner = await serve(redirect)
+    try:
+        result = await sender.send(hook(url, allow_private=True), DELIVERY, 1)
+    finally:
+        await runner.cleanup()
+    assert result.status == 307 and "redirect refused" in result.error and not result.ok
+    assert receiver.received == []
+
+
+async def test_a_huge_answer_is_not_read_and_a_silent_one_times_out(
+    sender: WebhookSender,
+) -> None:
+    sent = 0
+
+    async def huge(request: web.Request) -> web.StreamResponse:
+        nonlocal sent
+        response = web.StreamResponse(status=200)
+        await response.prepare(request)
+        chunk = b"x" * 65536
+        try:
+            for _ in range(16 * 1024):  # 1 GiB if anyone read it all
+                await response.write(chunk)
+                sent += len(chunk)
+        except (ConnectionError, RuntimeError):
+            pass
+        return response
+
+    url, runner = await serve(huge)
+    try:
+        started = time.monotonic()
+        result = await sender.send(hook(url, allow_private=True), DELIVERY, 1)
+        assert result.ok and time.monotonic() - started < 1.0
+    finally:
+        await runner.cleanup()
+    assert sent < 1024 * 1024 * 1024 and MAX_RESPONSE_BYTES == 4096
+
+    answer = asyncio.Event()
+
+    async def silent(request: web.Request) -> web.Response:
+        await request.read()
+        await answer.wait()  # (longer than the sender's timeout)
+        return web.Response()
+
+    url, runner = await serve(silent)
+    try:
+        result = await sender.send(hook(url, allow_private=True), DELIVERY, 1)
+    finally:
+        answer.set()
+        await runner.cleanup()
+    assert result.status is None and result.error == "timed out"
