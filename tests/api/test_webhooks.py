@@ -129,6 +129,13 @@ async def test_a_runs_deliveries_are_listed_for_its_tenant_only(api: Api, keys: 
         "run.failed",
     )
     assert (await api.call("GET", f"/v1/runs/{run.id}/deliveries", api.globex))[0] == 404
+    # the dashboard's run page shows it too, in the run's record
+    async with api.http.get(
+        f"{api.url}/ui/runs/{run.id}", headers={"Cookie": f"etcdsched_ui={api.acme}"}
+    ) as page:
+        html = await page.text()
+    assert page.status == 200
+    assert "Webhook deliveries" in html and delivery.event_id in html, html
 
 
 async def test_the_cli_manages_webhooks_and_shows_a_runs_deliveries(api: Api) -> None:

@@ -4,7 +4,8 @@ the millisecond, why it waits, and its log (followed live by
 
 The run is read with the JSON route's ``visible_run`` (404 for another
 tenant's run), its explanation with the same ``pending_reason`` and
-``nearby_skips``, and the cancel is the API's cancel, role check included.
+``nearby_skips``, its webhook deliveries as ``GET /v1/runs/{id}/deliveries``
+reads them, and the cancel is the API's cancel, role check included.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from etcdsched.api.ui.ledger import SKIP_REASONS, run_href
 from etcdsched.api.ui.session import View, action, page, see_other
 from etcdsched.model.records import Attempt, RunRecord
 from etcdsched.model.states import TRANSITIONS, RunState
+from etcdsched.store.outbox import run_deliveries_stored
 
 MAX_REASON = 512
 
@@ -81,6 +83,7 @@ async def run_page(view: View) -> web.StreamResponse:
     reason = await routes_runs.pending_reason(services, run)
     skips = await routes_runs.nearby_skips(services, run)
     attempt = _log_attempt(view, run)
+    deliveries = await run_deliveries_stored(services.store, services.keys, run.partition, run.id)
     return view.page(
         "run.html",
         run=run,
@@ -89,6 +92,7 @@ async def run_page(view: View) -> web.StreamResponse:
         pending_reason=reason,
         skips=skips,
         skip_reasons=SKIP_REASONS,
+        deliveries=deliveries,
         attempt_ms=attempt_ms,
         log_attempt=attempt,
         can_cancel=not run.state.terminal and view.who_may(routes_runs.cancel),
