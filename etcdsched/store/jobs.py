@@ -38,7 +38,9 @@ from etcdsched.store.job_create import JobCreator, SharedLease
 from etcdsched.store.job_runs import ManualRuns, origin_of
 from etcdsched.store.keys import Keys
 from etcdsched.store.kv import KV, Cmp, Compare, Op, Ops, Store, Versioned
+from etcdsched.store.outbox import Outbox
 from etcdsched.store.runs import RunOps, cancel_run, new_run
+from etcdsched.store.webhooks import WebhookStore
 
 CatchUp = Literal["skip", "run_once"]
 T = TypeVar("T")
@@ -318,24 +320,35 @@ class JobService(ManualRuns, JobCreator):
         job = old.model_copy(update={"state": "active", "paused_ms": None, "updated_ms": now})
         compares = [Cmp.mod(state.due.key, state.due.mod_revision)] if state.due else []
         prev = state.due.value if state.due else None
-        ops, skipped = self._missed_while_paused(job, prev, now, catch_up)
+        ops, skip = self._missed_while_paused(job, prev, now, catch_up)
+        if skip is not None:
+            ops += await self._skip_events(job, skip)
         ops += self._schedule_ops(job, state.job.version + 1, prev, now)
         resumed = await self._commit(state, job, ops, compares)
-        if skipped:
-            SKIPPED_SLOTS.labels(reason="paused").inc(skipped)
+        if skip is not None:
+            SKIPPED_SLOTS.labels(reason="paused").inc(skip.count)
         return resumed
+
+    async def _skip_events(self, job: JobRecord, skip: SkipRecord) -> list[Op]:
+        """The ``slot.skipped`` events of the slots a resume skips, written
+        by the resume's own transaction. The API keeps no watched copy of
+        the tenant's webhooks (the roles that end runs do), so it reads
+        them: one read per resume that skips slots, and only then."""
+        hooks = await WebhookStore(self.store, self.keys).list(job.spec.tenant)
+        outbox = Outbox(self.keys, lambda _tenant: hooks)
+        return outbox.skip_ops(job.spec, self.partition(job.id), [skip])
 
     def _missed_while_paused(
         self, job: JobRecord, prev: DueEntry | None, now: int, catch_up: CatchUp
-    ) -> tuple[list[Op], int]:
-        """The ops recording the slots missed while paused, and how many of
-        them are skipped (with ``run_once`` the latest runs instead)."""
+    ) -> tuple[list[Op], SkipRecord | None]:
+        """The ops recording the slots missed while paused, and their skip
+        record if any is skipped (with ``run_once`` the latest runs instead)."""
         if prev is None or prev.slot_ms > now:
-            return [], 0
+            return [], None
         trigger, anchor = job.spec.trigger, job.anchor_ms
         count = count_slots_between(trigger, prev.slot_ms - 1, now, anchor, 10**9)
         if count == 0:
-            return [], 0
+            return [], None
         last = (
             slots_between(trigger, prev.slot_ms - 1, now, anchor, count)[-1]
             if count < 10_000
@@ -348,17 +361,18 @@ class JobService(ManualRuns, JobCreator):
             ops += self.runs.create(run)[2]  # (stored run, compares, ops)
             skipped_count -= 1
             skipped_last = last - 1
-        if skipped_count > 0:
-            record = SkipRecord(
-                job_id=job.id,
-                first_slot_ms=prev.slot_ms,
-                last_slot_ms=skipped_last,
-                count=skipped_count,
-                reason="paused",
-                created_ms=now,
-            )
-            ops.append(Ops.put(self.keys.skip(job.id, prev.slot_ms), record))
-        return ops, max(skipped_count, 0)
+        if skipped_count <= 0:
+            return ops, None
+        record = SkipRecord(
+            job_id=job.id,
+            first_slot_ms=prev.slot_ms,
+            last_slot_ms=skipped_last,
+            count=skipped_count,
+            reason="paused",
+            created_ms=now,
+        )
+        ops.append(Ops.put(self.keys.skip(job.id, prev.slot_ms), record))
+        return ops, record
 
     async def delete(self, job_id: str) -> list[str]:
         """Remove the job, its due entry and its idempotency record, and mark

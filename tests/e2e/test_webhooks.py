@@ -22,7 +22,14 @@ from etcdsched.store.keys import Keys, partition_of
 from etcdsched.store.kv import Store
 from etcdsched.store.outbox import run_deliveries_stored
 from etcdsched.store.webhooks import WebhookStore
-from tests.support.e2e_jobs import spec, start_worker, terminal, wait_runs
+from tests.support.e2e_jobs import (
+    every_second,
+    spec,
+    start_worker,
+    terminal,
+    wait_runs,
+    wait_until_ms,
+)
 from tests.support.eventually import assert_eventually
 from tests.support.procs import AgentProcess, agent_env
 from tests.support.services import Services, full_id
@@ -219,3 +226,25 @@ async def test_a_job_failing_twice_in_a_row_is_paused_and_says_so_once(
     body = receiver.received[0].json
     assert body["job"]["id"] == full_id("wh-pause") and "2 failed runs in a row" in body["reason"]
     assert body["run"]["id"] in {run.id for run in failed[:2]}
+
+
+async def test_resuming_a_paused_job_sends_one_slot_skipped_for_the_paused_slots(
+    services: Services, receiver: WebhookReceiver
+) -> None:
+    """The resume's own transaction writes the skip record and its event:
+    the API reads the tenant's webhooks for it (it keeps no watched copy)."""
+    await make_hook(services.store, services.keys, receiver.url)
+    services.start_scheduler("s1")
+    job = spec(every_second(), ["true"], notify=notify("slot.skipped"))
+    created = await services.jobs.create(job, "wh-resume")
+    await services.jobs.pause(created.id)
+    paused_slot = await services.jobs.next_slot_of(created.id)
+    assert paused_slot is not None
+    await wait_until_ms(paused_slot + 2_300)
+    await services.jobs.resume(created.id)
+
+    async def one_skip_event() -> None:
+        kinds = [(got.kind, got.json["run"]["reason"]) for got in receiver.received]
+        assert kinds == [("slot.skipped", "paused")], receiver.received
+
+    await assert_eventually(one_skip_event, timeout=15)
