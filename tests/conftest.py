@@ -13,6 +13,7 @@ pytest_plugins = [
     "tests.support.store_fixtures",
     "tests.support.services",
     "tests.support.seaweed",
+    "tests.support.webhook_receiver",
 ]
 
 # How long a finished test's tasks get to wind down before they count as leaked.

@@ -5,11 +5,10 @@ case, scheduler processes killed with SIGKILL."""
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import pytest_asyncio
 
 from etcdsched.model.notify_events import verify_signature
 from etcdsched.model.notify_records import Delivery, Webhook
@@ -37,15 +36,6 @@ from tests.support.webhook_receiver import WebhookReceiver
 
 SECRET = "s3cret-for-tests"
 NOW = {"kind": "now"}
-
-
-@pytest_asyncio.fixture(loop_scope="session")
-async def receiver() -> AsyncIterator[WebhookReceiver]:
-    got = await WebhookReceiver().start()
-    try:
-        yield got
-    finally:
-        await got.stop()
 
 
 async def make_hook(store: Store, keys: Keys, url: str, name: str = "ops") -> Webhook:

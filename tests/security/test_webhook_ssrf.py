@@ -46,15 +46,6 @@ def hook(url: str, *, allow_http: bool = True, allow_private: bool = False) -> W
 
 
 @pytest_asyncio.fixture(loop_scope="session")
-async def receiver() -> AsyncIterator[WebhookReceiver]:
-    got = await WebhookReceiver().start()
-    try:
-        yield got
-    finally:
-        await got.stop()
-
-
-@pytest_asyncio.fixture(loop_scope="session")
 async def sender() -> AsyncIterator[WebhookSender]:
     made = WebhookSender(timeout_s=1.0)
     try:

@@ -13,10 +13,12 @@ import asyncio
 import json
 import threading
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest_asyncio
 from aiohttp import web
 
 from etcdsched.model.notify_events import EVENT_ID_HEADER, SIGNATURE_HEADER
@@ -130,3 +132,13 @@ class WebhookReceiver:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
         self._loop = self._thread = None
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def receiver() -> AsyncIterator[WebhookReceiver]:
+    """A fresh receiver per test (pytest plugin: tests/conftest.py)."""
+    got = await WebhookReceiver().start()
+    try:
+        yield got
+    finally:
+        await got.stop()
