@@ -284,6 +284,7 @@ async def _quiesce_and_check(
     hooks = check_webhooks(history.runs, history.skips, received)
     report.violations += hooks.violations
     log.info("%s", hooks.summary())
+    info.webhooks = hooks.summary().removeprefix("webhooks: ")
     return RunOutcome(info, report, injector.faults, injector.exits)
 
 

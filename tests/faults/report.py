@@ -68,6 +68,8 @@ class RunInfo:
     etcd_replacements: int = 0
     etcd_revisions: list[int] = field(default_factory=list)
     """Each member's revision after quiesce: all equal, or etcd itself diverged."""
+    webhooks: str = ""
+    """What the webhook receiver got against what the outcomes owed."""
 
 
 @dataclass
@@ -145,6 +147,7 @@ def _total_rows(outcome: RunOutcome) -> Rows:
         ("faults", f"{len(outcome.faults)}: {counter(faults)}"),
         ("fault errors", f"{fault_errors} (etcd unavailable during a storm, etc.)"),
         ("etcd restarts", _etcd_restarts(info)),
+        ("webhooks", info.webhooks or "not checked"),
     ]
 
 
