@@ -7,10 +7,12 @@ the selected scenarios, writes ``bench-results/<timestamp>.json`` and renders
 scenario code (and matplotlib) is loaded only when the command runs.
 
 Scenarios (``--scenario``, repeatable, default all): ``raw``, ``throughput``,
-``idle-lag``, ``burst``, ``midnight``, ``scan``, ``memory``, ``failover``, ``soak``.
+``idle-lag``, ``burst``, ``midnight``, ``scan``, ``memory``, ``failover``, ``soak``,
+``batch`` (job creation through ``POST /v1/jobs:batch``) and ``ui`` (the
+dashboard pages' render time); the last two add a few minutes to a full run.
 """
 
 from __future__ import annotations
 
 SCENARIOS = ("raw", "throughput", "idle-lag", "burst", "midnight", "scan", "memory", "failover",
-             "soak")  # fmt: skip
+             "soak", "batch", "ui")  # fmt: skip

@@ -117,6 +117,21 @@ _OPTIONS = [
     click.option("--soak-sample", type=DURATION, help="soak: sampling period."),
     click.option("--soak-log-grace", type=DURATION,
                  help="soak: the scheduler's log delete grace (default: its own, 120 s)."),
+    click.option("--batch-jobs", type=COUNTS,
+                 help="batch: jobs per batch configuration, e.g. 100k (default)."),
+    click.option("--batch-size", type=click.IntRange(1, 1000),
+                 help="batch: items per POST /v1/jobs:batch (1000)."),
+    click.option("--batch-apis", type=click.IntRange(1, 16),
+                 help="batch: API processes (default 2); 1 is measured too."),
+    click.option("--batch-in-flight", type=click.IntRange(min=1),
+                 help="batch: batch requests at once per API process (2)."),
+    click.option("--batch-single", type=click.IntRange(min=1),
+                 help="batch: jobs created one per request, for comparison (2000)."),
+    click.option("--batch-single-in-flight", type=click.IntRange(min=1),
+                 help="batch: single creates at once (16; one at a time is measured too)."),
+    click.option("--ui-jobs", type=COUNTS, help="ui: stored jobs, e.g. 10k (default)."),
+    click.option("--ui-requests", type=click.IntRange(min=1),
+                 help="ui: measured GETs of each dashboard page (30)."),
 ]  # fmt: skip
 
 
@@ -141,8 +156,9 @@ def bench(smoke: bool, report_from: Path | None, **flags: Any) -> None:
         flags["executors"] = tuple(flags["executors"].split(","))
     if flags.get("memory_jobs"):
         flags["memory_jobs"] = max(flags["memory_jobs"])
-    if flags.get("midnight_jobs"):
-        flags["midnight_jobs"] = max(flags["midnight_jobs"])
+    for counted in ("midnight_jobs", "batch_jobs", "ui_jobs"):
+        if flags.get(counted):
+            flags[counted] = max(flags[counted])
     flags["command_line"] = _command_line()
     options = build_options(smoke, flags)
     if report_from is not None:

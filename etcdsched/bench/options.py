@@ -94,6 +94,23 @@ class BenchOptions:
     soak_log_grace: float | None = None
     """Seconds; None: the scheduler's own (120 s). Short only for the smoke,
     which runs for less than the default grace."""
+    # batch
+    batch_jobs: int = 100_000
+    """Jobs created in each batch configuration (1 and ``batch_apis`` API
+    processes, answered with the records and with ids only)."""
+    batch_size: int = 1000
+    """Items per ``POST /v1/jobs:batch``: the API's maximum."""
+    batch_apis: int = 2
+    """API processes for the last batch configurations; 1 is measured too."""
+    batch_in_flight: int = 2
+    """Batch requests at once to each API process."""
+    batch_single: int = 2000
+    """Jobs created one per request (``POST /v1/jobs``), for comparison."""
+    batch_single_in_flight: int = 16
+    # ui
+    ui_jobs: int = 10_000
+    ui_requests: int = 30
+    """Measured GETs of each dashboard page."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     def deviations(self) -> list[str]:
@@ -128,6 +145,10 @@ _SIZE_FIELDS = (
     "memory_settle",
     "failover_rounds",
     "soak_runs",
+    "batch_jobs",
+    "batch_single",
+    "ui_jobs",
+    "ui_requests",
 )
 
 SMOKE: dict[str, Any] = {
@@ -159,6 +180,10 @@ SMOKE: dict[str, Any] = {
     "soak_jobs": 3,
     "soak_sample": 1.0,
     "soak_log_grace": 2.0,
+    "batch_jobs": 2000,
+    "batch_single": 100,
+    "ui_jobs": 200,
+    "ui_requests": 3,
 }
 
 

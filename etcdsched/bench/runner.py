@@ -23,6 +23,7 @@ from typing import Any
 
 from etcdsched.bench import (
     SCENARIOS,
+    batch_create,
     failover,
     lag,
     memory,
@@ -31,6 +32,7 @@ from etcdsched.bench import (
     scan,
     soak,
     throughput,
+    ui_render,
 )
 from etcdsched.bench.context import BenchContext
 from etcdsched.bench.env import cpu_seconds, machine_info, versions
@@ -53,6 +55,8 @@ RUNNERS: dict[str, Scenario] = {
     "memory": memory.run,
     "failover": failover.run,
     "soak": soak.run,
+    "batch": batch_create.run,
+    "ui": ui_render.run,
 }
 QUOTA_BYTES = 8 * 1024**3  # a million stored jobs take ~3 GB before compaction
 

@@ -1,7 +1,8 @@
-"""``etcdsched bench --smoke`` runs every scenario end to end and renders its
-report: the benchmark is a user-facing command, and nothing else in the
-suite would notice it breaking. Numbers are not judged here (speed is
-measured in docs/benchmarks.md, never asserted in a test)."""
+"""``etcdsched bench --smoke`` runs every scenario end to end (``batch`` and
+``ui`` included) and renders its report: the benchmark is a user-facing
+command, and nothing else in the suite would notice it breaking. Numbers
+are not judged here (speed is measured in docs/benchmarks.md, never
+asserted in a test)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 SCENARIOS = [
     "raw", "throughput", "idle-lag", "burst", "midnight", "scan", "memory", "failover", "soak",
+    "batch", "ui",
 ]  # fmt: skip
 
 
@@ -49,11 +52,40 @@ def test_the_smoke_bench_runs_every_scenario_and_renders_the_report(tmp_path: Pa
     assert data["meta"]["versions"]["etcd"]
     assert [s["name"] for s in data["scenarios"]] == SCENARIOS
     assert all(s["tables"] and s["tables"][0]["rows"] for s in data["scenarios"])
+    by_name = {s["name"]: s for s in data["scenarios"]}
+    _check_batch(by_name["batch"])
+    _check_ui(by_name["ui"])
     text = report.read_text()
     assert "SMOKE RUN" in text  # reduced sizes are never mistaken for results
     assert "## Targets" in text
     for name in SCENARIOS:
         assert f"(`{name}`)" in text
+
+
+def _check_batch(scenario: dict[str, Any]) -> None:
+    """Batches through 1 and 2 APIs (records, ids only), then single creates
+    one and 16 at a time: each created every job, at some rate, and the
+    issue 28 target is judged on the fastest batch."""
+    table = scenario["tables"][0]
+    rows = [dict(zip(table["columns"], row, strict=True)) for row in table["rows"]]
+    shapes = [(r["how"].split()[0], r["APIs"], r["answer"], r["in flight per API"]) for r in rows]
+    assert shapes == [
+        ("batch", 1, "job records", 2), ("batch", 1, "ids only", 2),
+        ("batch", 2, "job records", 2), ("batch", 2, "ids only", 2),
+        ("one", 1, "job records", 1), ("one", 1, "job records", 16),
+    ]  # fmt: skip
+    assert all(r["jobs/s"] > 0 and r["total µs/job"] > 0 for r in rows)
+    (target,) = scenario["targets"]
+    assert target["limit"] == 10_000
+    assert target["value"] == max(r["jobs/s"] for r in rows[:4])
+
+
+def _check_ui(scenario: dict[str, Any]) -> None:
+    """Every dashboard page answered each measured request (3 in the smoke)."""
+    rows = scenario["tables"][0]["rows"]
+    assert len(rows) == 6
+    assert all(row[-1] == 3 and 0 < row[1] <= row[3] for row in rows)
+    assert [t["limit"] for t in scenario["targets"]] == [300.0, 300.0]
 
 
 SOAK_KEEP = 3
