@@ -12,7 +12,9 @@ Every state-changing form carries a CSRF token, the HMAC of the session's
 token with a fixed label: a page of another site can neither read the
 cookie nor compute the HMAC without it. A POST must also come from the
 dashboard's own origin when the browser says where it came from
-(``Origin``). Either check failing is a 403 before anything is read.
+(``Origin``). Either check failing is a 403 before anything is read. The
+login form, posted before there is a session, has its own token
+(:mod:`etcdsched.api.ui.pages_login`).
 
 Each page or action builds a :class:`~etcdsched.api.routing.Call` for the
 caller and goes through the same functions and role checks as the JSON
@@ -25,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -51,6 +53,16 @@ _CSRF_LABEL = b"etcdsched-ui-csrf-v1"
 def csrf_token(secret: str) -> str:
     """The CSRF token of the session holding ``secret``."""
     return hmac.new(secret.encode(), _CSRF_LABEL, hashlib.sha256).hexdigest()
+
+
+def sent_csrf(request: web.Request, form: Mapping[str, object]) -> str:
+    """The CSRF token a POST carries: the form field, else the header."""
+    return str(form.get(CSRF_FIELD, "")) or request.headers.get(CSRF_HEADER, "")
+
+
+def tokens_match(sent: str, expected: str) -> bool:
+    """Constant-time; an empty token never matches."""
+    return bool(expected) and hmac.compare_digest(sent.encode(), expected.encode())
 
 
 def over_tls(request: web.Request) -> bool:
@@ -194,8 +206,7 @@ def action(handler: PageHandler) -> Callable[[web.Request], Awaitable[web.Stream
             if view is None:
                 raise Unauthorized("not signed in (or the token was revoked)")
             form = await request.post()
-            sent = str(form.get(CSRF_FIELD, "")) or request.headers.get(CSRF_HEADER, "")
-            if not hmac.compare_digest(sent.encode(), view.csrf.encode()):
+            if not tokens_match(sent_csrf(request, form), view.csrf):
                 raise Forbidden("missing or wrong CSRF token")
             return await handler(view)
         except ValidationError as exc:
