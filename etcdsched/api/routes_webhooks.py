@@ -2,11 +2,11 @@
 
 Editors of a tenant manage its webhooks; viewers list them. No answer ever
 carries a webhook's secret: it is write-only. Plain ``http://`` URLs and
-private targets (loopback, private networks, link-local and the metadata
-address) need an admin's allowance, ``allow_http`` / ``allow_private``;
-an editor who changes the URL of an allowed webhook drops the allowance
-(it was granted for the old URL). Another tenant's webhooks are not found,
-like any other tenant's object.
+private targets (loopback, private and other non-public networks) need an
+admin's allowance, ``allow_http`` / ``allow_private``; link-local and cloud
+metadata addresses are refused even then. An editor who changes the URL of
+an allowed webhook drops the allowance (it was granted for the old URL).
+Another tenant's webhooks are not found, like any other tenant's object.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from typing import Any
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
-from yarl import URL
 
 from etcdsched.api.auth import Principal
 from etcdsched.api.routes_runs import visible_run
@@ -24,12 +23,7 @@ from etcdsched.api.routing import Call, Route, json_model
 from etcdsched.model.errors import Forbidden, InvalidInput, NotFound
 from etcdsched.model.notify import WEBHOOK_NAME_PATTERN, EventKind
 from etcdsched.model.notify_records import SECRET_FIELDS, Delivery, DeliveryState, Webhook
-from etcdsched.model.notify_safety import (
-    address_refusal,
-    literal_address,
-    redacted_url,
-    url_refusal,
-)
+from etcdsched.model.notify_safety import redacted_url, target_refusal
 from etcdsched.model.spec import TENANT_PATTERN
 from etcdsched.store.outbox import run_deliveries_stored
 from etcdsched.store.webhooks import WebhookStore
@@ -57,7 +51,9 @@ class WebhookBody(BaseModel):
     )
     allow_http: bool | None = Field(None, description="Admin only: allow an http:// URL.")
     allow_private: bool | None = Field(
-        None, description="Admin only: allow loopback, private and link-local targets."
+        None,
+        description="Admin only: allow loopback and private targets (never link-local"
+        " or cloud metadata ones).",
     )
 
 
@@ -166,11 +162,7 @@ def _allowed(asked: bool | None, kept: bool) -> bool:
 
 
 def _check_target(url: str, allow_http: bool, allow_private: bool) -> None:
-    why = url_refusal(url, allow_http=allow_http)
-    if why is None:
-        literal = literal_address(URL(url).host or "")
-        if literal is not None:
-            why = address_refusal(literal, allow_private=allow_private)
+    why = target_refusal(url, allow_http=allow_http, allow_private=allow_private)
     if why is not None:
         raise InvalidInput(why, field="url")
 

@@ -285,22 +285,28 @@ def is_recovery(previous: RunRecord | None) -> bool:
 def signature(secret: str, body: bytes, timestamp_s: int) -> str:
     """``X-Etcdsched-Signature``: ``t=<unix seconds>,v1=<hex HMAC-SHA256 of
     "<t>.<body>" keyed with the secret>``."""
-    mac = hmac.new(secret.encode(), f"{timestamp_s}.".encode() + body, hashlib.sha256)
-    return f"t={timestamp_s},v1={mac.hexdigest()}"
+    return f"t={timestamp_s},v1={_mac(secret, body, timestamp_s)}"
+
+
+def _mac(secret: str, body: bytes, timestamp_s: int) -> str:
+    return hmac.new(secret.encode(), f"{timestamp_s}.".encode() + body, hashlib.sha256).hexdigest()
 
 
 def verify_signature(
     secret: str, body: bytes, header: str, now_s: int, tolerance_s: int = 300
 ) -> bool:
     """What a receiver does (docs/webhooks.md): the MAC matches and the
-    timestamp is within ``tolerance_s`` of now (a replayed old request fails)."""
-    parts = dict(p.split("=", 1) for p in header.split(",") if "=" in p)
+    timestamp is within ``tolerance_s`` of now (a replayed old request fails).
+    A malformed header (no ``t`` or ``v1``, a part without ``=``, a
+    non-integer ``t``, non-ASCII text) is a failed check, never an error:
+    the header is whatever the sender of the request chose."""
     try:
-        timestamp = int(parts.get("t", ""))
-    except ValueError:
+        parts = dict(p.split("=", 1) for p in header.split(","))
+        timestamp, mac = int(parts["t"]), parts["v1"].encode("ascii")
+    except (KeyError, ValueError):
         return False
-    expected = signature(secret, body, timestamp)
-    return abs(now_s - timestamp) <= tolerance_s and hmac.compare_digest(expected, header)
+    expected = _mac(secret, body, timestamp).encode()
+    return abs(now_s - timestamp) <= tolerance_s and hmac.compare_digest(expected, mac)
 
 
 def retry_delay_ms(attempts: int, initial_ms: int, max_delay_ms: int) -> int:

@@ -189,7 +189,8 @@ class PartitionDelivery:
         try:
             if delivery.webhook == PAUSE_CHECK:  # not a POST: a decision of the owner
                 if self.pauses is not None:
-                    await self.pauses.check(delivery, self.partition)
+                    fence = self.ownership.guard(self.partition)
+                    await self.pauses.check(delivery, kv, self.partition, fence)
                 await self._record(kv, delivery)
                 self._handled[kv.key] = kv.mod_revision
                 return
@@ -248,7 +249,9 @@ class PartitionDelivery:
         Pending: rewritten in place. Ended: moved to ``deliveries/``."""
         ops: list[Op]
         if delivery.webhook == PAUSE_CHECK:
-            ops = [Ops.delete(kv.key)]  # done: its events, if any, are deliveries of their own
+            # done: its events, if any, are deliveries of their own (a pause
+            # deleted the check itself, so then this finds it changed)
+            ops = [Ops.delete(kv.key)]
         elif delivery.state == "pending":
             ops = [Ops.put(kv.key, delivery)]
         else:

@@ -18,16 +18,10 @@ from typing import Any
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
-from yarl import URL
 
 from etcdsched.model.notify_events import EVENT_ID_HEADER, SIGNATURE_HEADER, signature
 from etcdsched.model.notify_records import Delivery, Webhook
-from etcdsched.model.notify_safety import (
-    address_refusal,
-    literal_address,
-    redacted_url,
-    url_refusal,
-)
+from etcdsched.model.notify_safety import address_refusal, redacted_url, target_refusal
 
 MAX_RESPONSE_BYTES = 4096
 USER_AGENT = "etcdsched-webhook/1"
@@ -104,11 +98,7 @@ class WebhookSender:
     async def send(self, hook: Webhook, delivery: Delivery, now_s: int) -> AttemptResult:
         """POST ``delivery`` to ``hook``; never raises for what the receiver
         or the network did (that is the attempt's result)."""
-        why = url_refusal(hook.url, allow_http=hook.allow_http)
-        if why is None:
-            host = literal_address(URL(hook.url).host or "")
-            if host is not None:
-                why = address_refusal(host, allow_private=hook.allow_private)
+        why = target_refusal(hook.url, allow_http=hook.allow_http, allow_private=hook.allow_private)
         if why is not None:
             return AttemptResult(None, f"refused: {why}")
         data = body_bytes(delivery, self.link_base)

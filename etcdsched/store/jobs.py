@@ -247,13 +247,19 @@ class JobService(ManualRuns, JobCreator):
         put_keys = {op.key for op in puts}
         return compares, [op for op in removes if op.key not in put_keys] + puts
 
-    async def pause(self, job_id: str, also: Sequence[Op] = ()) -> JobRecord:
+    async def pause(
+        self, job_id: str, also: Sequence[Op] = (), provided: Sequence[Compare] = ()
+    ) -> JobRecord:
         """No new slots. The due entry leaves the index but its pointer stays,
         marking the paused slot, so resume can account for every missed slot.
         Runs already fired (a lead ahead) for slots after the pause are
         withdrawn: cancelled before they start. ``also``: ops written only
-        by the transaction that pauses it (a system pause's webhook events)."""
-        paused = await self._retry_due_moved(job_id, lambda: self._pause_once(job_id, also))
+        by the transaction that pauses it (a system pause's webhook events);
+        ``provided``: extra compares it needs (a system pause's: its pause
+        check is still there, its partition still owned)."""
+        paused = await self._retry_due_moved(
+            job_id, lambda: self._pause_once(job_id, also, provided)
+        )
         if paused.paused_ms is not None:
             reason = "withdrawn: job paused before its slot"
             await self._withdraw(job_id, reason, paused.paused_ms)
@@ -290,7 +296,9 @@ class JobService(ManualRuns, JobCreator):
             except (NotFound, Conflict):
                 continue  # retention took it, or it keeps changing: it is no longer ours to stop
 
-    async def _pause_once(self, job_id: str, also: Sequence[Op] = ()) -> JobRecord:
+    async def _pause_once(
+        self, job_id: str, also: Sequence[Op] = (), provided: Sequence[Compare] = ()
+    ) -> JobRecord:
         state = await self.load(job_id)
         if state.job.value.state == "paused":
             return state.job.value
@@ -298,7 +306,7 @@ class JobService(ManualRuns, JobCreator):
         job = state.job.value.model_copy(
             update={"state": "paused", "paused_ms": now, "updated_ms": now}
         )
-        compares: list[Compare] = []
+        compares: list[Compare] = [*provided]
         ops: list[Op] = []
         if state.due is not None:
             entry = state.due.value

@@ -98,6 +98,27 @@ async def test_an_admin_allowance_holds_for_its_url_only(api: Api) -> None:
     assert (status, answer["error"]["field"]) == (422, "url")
 
 
+async def test_a_target_refused_even_to_an_admin_is_a_422_never_a_500(api: Api) -> None:
+    """A name yarl cannot decode, a number the client would dial without
+    resolving, and the metadata address (which allow_private no longer
+    opens) are each refused naming the field."""
+    allowed = {"allow_http": True, "allow_private": True}
+    for url in (
+        "https://xn--/",
+        "https://127.1/x",
+        "https://2130706433/x",
+        "https://0177.0.0.1/x",
+        "https://127.0.0.1./x",
+        "https://169.254.169.254/latest/meta-data",
+        "https://[fd00:ec2::254]/latest",
+        "https://100.100.100.200/",
+    ):
+        got, answer, _ = await api.call("PUT", HOOK, api.admin, json={**body(url=url), **allowed})
+        assert (got, answer["error"]["field"]) == (422, "url"), (url, answer)
+    got, answer, _ = await api.call("PUT", HOOK, api.acme, json=body(url="https://100.64.0.1/"))
+    assert (got, answer["error"]["field"]) == (422, "url"), answer
+
+
 async def test_a_runs_deliveries_are_listed_for_its_tenant_only(api: Api, keys: Keys) -> None:
     spec = {
         "trigger": {"kind": "interval", "every": "1h"},

@@ -10,16 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from etcdsched.model.notify_events import verify_signature
+from etcdsched.model.notify_events import PAUSE_CHECK, verify_signature
 from etcdsched.model.notify_records import Delivery, Webhook
-from etcdsched.model.records import RunRecord
+from etcdsched.model.records import JobRecord, OwnerRecord, RunRecord
+from etcdsched.model.statemachine import assign_attempt, finish_attempt, start_attempt
 from etcdsched.runtime.clock import SystemClock
+from etcdsched.scheduler.delivery_pause import FailurePause
 from etcdsched.scheduler.service import ensure_cluster
 from etcdsched.store.etcd import EtcdStore
 from etcdsched.store.jobs import JobService
 from etcdsched.store.keys import Keys, partition_of
-from etcdsched.store.kv import Store
-from etcdsched.store.outbox import run_deliveries_stored
+from etcdsched.store.kv import Cmp, Ops, Store, prefix_end
+from etcdsched.store.outbox import Outbox, run_deliveries_stored
+from etcdsched.store.runs import RunOrigin, new_run
 from etcdsched.store.webhooks import WebhookStore
 from tests.support.e2e_jobs import (
     every_second,
@@ -238,3 +241,59 @@ async def test_resuming_a_paused_job_sends_one_slot_skipped_for_the_paused_slots
         assert kinds == [("slot.skipped", "paused")], receiver.received
 
     await assert_eventually(one_skip_event, timeout=15)
+
+
+def failed_run(job: JobRecord, slot_ms: int, partitions: int) -> RunRecord:
+    run = new_run(RunOrigin(job.id, job.spec, job.version), slot_ms, slot_ms, partitions)
+    run = start_attempt(assign_attempt(run, "w1", slot_ms), slot_ms, pid=1)
+    return finish_attempt(run, "failed", slot_ms + 10, exit_code=1)
+
+
+async def paused_events(store: Store, keys: Keys, partition: int) -> list[Delivery]:
+    page = await store.range(
+        keys.outbox_prefix(partition), prefix_end(keys.outbox_prefix(partition))
+    )
+    found = [kv.decode(Delivery).value for kv in page.kvs]
+    return [d for d in found if d.kind == "job.paused" and d.webhook != PAUSE_CHECK]
+
+
+async def test_a_pause_check_run_again_after_a_resume_leaves_the_job_active(
+    services: Services,
+) -> None:
+    """A pause check acted on (the job paused, its job.paused event written)
+    whose own removal was lost, run again from the same read after a user
+    resumed the job: the pausing transaction deleted the check and compared
+    it, so the job stays active and no second job.paused is written."""
+    store, keys = services.store, services.keys
+    now = int(time.time() * 1000)
+    tenant_hook = Webhook(tenant="default", name="ops", url="https://h.example/x",
+                          events=frozenset({"job.paused"}), secret=SECRET,
+                          created_ms=now, updated_ms=now)  # fmt: skip
+    outbox = Outbox(keys, lambda tenant: [tenant_hook])
+    job = await services.jobs.create(
+        spec(every_second(), ["false"], pause_after_failures=2), "wh-race"
+    )
+    runs = [failed_run(job, now - 2000 + n, services.config.partitions) for n in (0, 1)]
+    partition = runs[-1].partition
+    await store.txn([], [*(Ops.put(keys.run(r.id), r) for r in runs), *outbox.run_ops(runs[-1])])
+    (check_kv,) = (
+        await store.range(keys.outbox_prefix(partition), prefix_end(keys.outbox_prefix(partition)))
+    ).kvs
+    check = check_kv.decode(Delivery).value
+    assert check.webhook == PAUSE_CHECK
+    owner = OwnerRecord(scheduler="s1", since_ms=now)
+    owned = await store.txn([], [Ops.put(keys.owner(partition), owner)])
+    fence = Cmp.created(keys.owner(partition), owned.revision)
+    pauses = FailurePause(store, keys, SystemClock(), services.jobs, outbox)
+
+    assert await pauses.check(check, check_kv, partition, fence)
+    assert (await services.jobs.get(job.id)).state == "paused"
+    (event,) = await paused_events(store, keys, partition)
+    assert await store.get(check_kv.key) is None, "the pause deleted its check"
+    sent = keys.outbox(partition, event.run_id, event.event_id)
+    await store.txn([], [Ops.delete(sent)])  # (as the sender moves it once delivered)
+    await services.jobs.resume(job.id)
+
+    assert not await pauses.check(check, check_kv, partition, fence)  # the lost removal's retry
+    assert (await services.jobs.get(job.id)).state == "active"
+    assert await paused_events(store, keys, partition) == []

@@ -83,6 +83,70 @@ async def test_the_metadata_address_and_private_networks_are_never_dialled(
         assert time.monotonic() - started < 0.5, "refused before any connection attempt"
 
 
+async def test_internal_ranges_beyond_pythons_private_list_are_refused(
+    sender: WebhookSender,
+) -> None:
+    """Shared (CGNAT) space with Alibaba's metadata address, IETF and 6to4
+    relay ranges, site-local IPv6, and IPv6 addresses carrying a refused
+    IPv4 one (6to4, NAT64, mapped) are no public receivers."""
+    for url in (
+        "http://100.100.100.200/latest/meta-data/",
+        "http://100.64.0.1:9/",
+        "http://192.0.0.1:9/",
+        "http://192.88.99.1:9/",
+        "http://[2002:a9fe:a9fe::1]/latest/",
+        "http://[2002:7f00:1::1]:9/",
+        "http://[fec0::1]:9/",
+        "http://[64:ff9b::a9fe:a9fe]/latest/",
+        "http://[::ffff:169.254.169.254]/latest/",
+    ):
+        started = time.monotonic()
+        result = await sender.send(hook(url), DELIVERY, 1)
+        assert result.status is None and result.error.startswith("refused"), (url, result)
+        assert time.monotonic() - started < 0.5, "refused before any connection attempt"
+
+
+async def test_the_admins_allowance_never_opens_link_local_or_metadata_addresses(
+    sender: WebhookSender,
+) -> None:
+    for url in (
+        "http://169.254.169.254/latest/meta-data/",
+        "http://169.254.1.1:9/",
+        "http://[fe80::1]:9/",
+        "http://[fd00:ec2::254]/latest/",
+        "http://100.100.100.200/latest/meta-data/",
+        "http://[2002:a9fe:a9fe::1]/latest/",
+        "http://[::ffff:169.254.169.254]/latest/",
+    ):
+        result = await sender.send(hook(url, allow_private=True), DELIVERY, 1)
+        assert result.status is None and "never allowed" in result.error, (url, result)
+
+
+async def test_numeric_hosts_in_other_forms_than_the_dotted_quad_are_refused(
+    receiver: WebhookReceiver, sender: WebhookSender
+) -> None:
+    """``127.1``, ``2130706433``, ``0177.0.0.1``, ``127.0.0.1.`` and
+    ``0x7f.1`` all mean loopback to the C resolver: an HTTP client that
+    takes digits and dots for an IP literal would dial them unvetted. Ours
+    refuses them itself, whatever the installed aiohttp does, even with
+    every allowance (they are never the way to write a real receiver)."""
+    port = receiver.port
+    for host in ("127.1", "2130706433", "0177.0.0.1", "127.0.0.1.", "0x7f.1", "0x7f000001"):
+        url = f"http://{host}:{port}/hook"
+        for allow_private in (False, True):
+            result = await sender.send(hook(url, allow_private=allow_private), DELIVERY, 1)
+            assert result.status is None and result.error.startswith("refused"), (url, result)
+            assert "standard form" in result.error, (url, result)
+    assert receiver.received == []
+
+
+async def test_a_url_yarl_cannot_parse_is_a_refused_attempt_not_a_crash(
+    sender: WebhookSender,
+) -> None:
+    result = await sender.send(hook("https://xn--/"), DELIVERY, 1)
+    assert result.status is None and result.error.startswith("refused: not a URL"), result
+
+
 async def test_plain_http_needs_the_admins_allowance(
     receiver: WebhookReceiver, sender: WebhookSender
 ) -> None:

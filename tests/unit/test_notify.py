@@ -21,7 +21,12 @@ from etcdsched.model.notify_events import (
     verify_signature,
 )
 from etcdsched.model.notify_records import Delivery, Webhook
-from etcdsched.model.notify_safety import address_refusal, literal_address, url_refusal
+from etcdsched.model.notify_safety import (
+    address_refusal,
+    literal_address,
+    target_refusal,
+    url_refusal,
+)
 from etcdsched.model.records import RunRecord, SkipRecord
 from etcdsched.model.spec import JobSpec
 from etcdsched.model.statemachine import assign_attempt, finish_attempt, start_attempt
@@ -205,24 +210,75 @@ def test_urls(url: str, allow_http: bool, refused: bool) -> None:
 
 
 @pytest.mark.parametrize(
-    ("address", "refused"),
+    ("address", "refused", "even_allowed"),
     [
-        ("93.184.216.34", False),
-        ("2606:2800:220:1:248:1893:25c8:1946", False),
-        ("127.0.0.1", True),
-        ("169.254.169.254", True),
-        ("10.1.2.3", True),
-        ("192.168.0.1", True),
-        ("::1", True),
-        ("::ffff:127.0.0.1", True),
-        ("fe80::1", True),
-        ("0.0.0.0", True),
-        ("224.0.0.1", True),
+        ("93.184.216.34", False, False),
+        ("2606:2800:220:1:248:1893:25c8:1946", False, False),
+        ("127.0.0.1", True, False),
+        ("10.1.2.3", True, False),
+        ("192.168.0.1", True, False),
+        ("::1", True, False),
+        ("::ffff:127.0.0.1", True, False),
+        ("0.0.0.0", True, False),
+        ("224.0.0.1", True, False),
+        ("100.64.0.1", True, False),  # shared (CGNAT) space
+        ("192.0.0.1", True, False),
+        ("192.88.99.1", True, False),  # 6to4 relay anycast
+        ("fec0::1", True, False),  # site-local
+        ("2002:7f00:1::1", True, False),  # 6to4 of 127.0.0.1
+        ("2002:808:808::1", False, False),  # 6to4 of 8.8.8.8
+        ("64:ff9b::7f00:1", True, False),  # NAT64 of 127.0.0.1
+        ("169.254.169.254", True, True),
+        ("169.254.1.1", True, True),
+        ("fe80::1", True, True),
+        ("fd00:ec2::254", True, True),
+        ("100.100.100.200", True, True),  # Alibaba Cloud metadata
+        ("::ffff:169.254.169.254", True, True),
+        ("2002:a9fe:a9fe::1", True, True),  # 6to4 of the metadata address
+        ("64:ff9b::a9fe:a9fe", True, True),  # NAT64 of it
+        ("2001:0:4136:e378:8000:63bf:3fff:fdd2", True, False),  # Teredo
     ],
 )
-def test_addresses(address: str, refused: bool) -> None:
+def test_addresses(address: str, refused: bool, even_allowed: bool) -> None:
     assert (address_refusal(address, allow_private=False) is not None) is refused
-    assert address_refusal(address, allow_private=True) is None
+    assert (address_refusal(address, allow_private=True) is not None) is even_allowed
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://127.1/",
+        "https://2130706433/",
+        "https://0177.0.0.1/",
+        "https://127.0.0.1./",
+        "https://0x7f.1/",
+        "https://hooks.example.123/",
+        "https://xn--/",
+    ],
+)
+def test_hosts_an_http_client_or_resolver_reads_as_other_addresses_are_refused(url: str) -> None:
+    why = target_refusal(url, allow_http=True, allow_private=True)
+    assert why is not None and (why.startswith("not a URL") or "standard form" in why), why
+    assert url_refusal(url, allow_http=True) is not None
+
+
+def test_ordinary_hosts_and_literals_pass() -> None:
+    for url in ("https://hooks.example.com/x", "https://1.example/", "https://[2606:4700::1]/"):
+        assert target_refusal(url, allow_http=False, allow_private=False) is None, url
+    assert target_refusal("http://127.0.0.1:9/", allow_http=True, allow_private=True) is None
+
+
+@pytest.mark.parametrize(
+    "header",
+    ["", "t=1", "v1=ab", "t=1,v1", "t=x,v1=ab", "t=1,v1=\u00e9", "t=\u00e9,v1=ab", "garbage"],
+)
+def test_a_malformed_signature_header_fails_verification_without_raising(header: str) -> None:
+    body, now = b"{}", 1_700_000_000
+    assert verify_signature("k", body, header, now) is False
+    good = signature("k", body, now)
+    assert verify_signature("k", body, good, now) and verify_signature(
+        "k", body, good + ",x=1", now
+    )
 
 
 def test_literal_hosts() -> None:
@@ -249,6 +305,8 @@ def test_the_verification_example_in_the_docs_accepts_what_the_sender_signs() ->
     assert scope["verify"]("k", body, signature("k", body, now))
     assert not scope["verify"]("k", body + b"x", signature("k", body, now))
     assert not scope["verify"]("k", body, signature("k", body, now - 600))
+    for malformed in ("", "t=1", "v1=ab", "t=1,v1", f"t={now},v1=\u00e9", "t=x,v1=ab"):
+        assert scope["verify"]("k", body, malformed) is False, malformed
 
 
 def test_a_failure_of_a_job_that_pauses_owes_a_pause_check_subscribed_or_not() -> None:
