@@ -67,6 +67,14 @@ async def test_loopback_is_refused_unless_the_admin_allowed_private_targets(
     assert allowed.ok and len(receiver.received) == 1
 
 
+async def refused_at_once(sender: WebhookSender, url: str) -> None:
+    """The sender refuses ``url`` before any connection attempt."""
+    started = time.monotonic()
+    result = await sender.send(hook(url), DELIVERY, 1)
+    assert result.status is None and result.error.startswith("refused"), (url, result)
+    assert time.monotonic() - started < 0.5, "refused before any connection attempt"
+
+
 async def test_the_metadata_address_and_private_networks_are_never_dialled(
     sender: WebhookSender,
 ) -> None:
@@ -77,10 +85,7 @@ async def test_the_metadata_address_and_private_networks_are_never_dialled(
         "http://[::ffff:127.0.0.1]:9/",
         "http://0.0.0.0:9/",
     ):
-        started = time.monotonic()
-        result = await sender.send(hook(url), DELIVERY, 1)
-        assert result.status is None and result.error.startswith("refused"), (url, result)
-        assert time.monotonic() - started < 0.5, "refused before any connection attempt"
+        await refused_at_once(sender, url)
 
 
 async def test_internal_ranges_beyond_pythons_private_list_are_refused(
@@ -100,10 +105,7 @@ async def test_internal_ranges_beyond_pythons_private_list_are_refused(
         "http://[64:ff9b::a9fe:a9fe]/latest/",
         "http://[::ffff:169.254.169.254]/latest/",
     ):
-        started = time.monotonic()
-        result = await sender.send(hook(url), DELIVERY, 1)
-        assert result.status is None and result.error.startswith("refused"), (url, result)
-        assert time.monotonic() - started < 0.5, "refused before any connection attempt"
+        await refused_at_once(sender, url)
 
 
 async def test_the_admins_allowance_never_opens_link_local_or_metadata_addresses(
