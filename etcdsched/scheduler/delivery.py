@@ -82,6 +82,7 @@ class Notifications:
             partition,
             *(self.store, self.keys, self.clock, self.ownership, self.sender),
             self.settings,
+            self.webhooks,
             self.pauses,
         )
 
@@ -101,6 +102,7 @@ class PartitionDelivery:
         ownership: Ownership,
         sender: WebhookSender,
         settings: DeliverySettings,
+        webhooks: TenantWebhooks,
         pauses: FailurePause | None = None,
     ) -> None:
         """``pauses`` handles pause checks (``pause_after_failures``); without
@@ -112,6 +114,7 @@ class PartitionDelivery:
         self.ownership = ownership
         self.sender = sender
         self.settings = settings
+        self.webhooks = webhooks
         self.pauses = pauses
         self.outbox = PrefixCache(store, clock, keys.outbox_prefix(partition), relist_every=30.0)
         self._inflight: dict[str, asyncio.Task[None]] = {}
@@ -227,8 +230,14 @@ class PartitionDelivery:
         return delivery.model_copy(update=update)
 
     async def _webhook(self, delivery: Delivery) -> Webhook | None:
-        """Read at each attempt: a changed URL or rotated secret applies to
-        the next attempt of a pending delivery."""
+        """Looked up at each attempt, in the scheduler's watched copy: a
+        changed URL or rotated secret applies to the next attempt of a
+        pending delivery. Read from etcd only when the copy lacks it (a
+        webhook written a moment ago that the watch has yet to bring), so
+        a delivery is never given up on a copy that is behind."""
+        hook = self.webhooks.find(delivery.tenant, delivery.webhook)
+        if hook is not None:
+            return hook
         kv = await self.store.get(self.keys.webhook(delivery.tenant, delivery.webhook))
         return None if kv is None else kv.decode(Webhook).value
 

@@ -131,14 +131,21 @@ class PrefixCache(ChangeSignal):
         fresh: dict[str, tuple[int, BaseModel]] = {}
         values: list[M] = []
         for key, kv in self.items.items():
-            revision, cached = self._decoded.get(key, (0, None))
-            value = cached if revision == kv.mod_revision and isinstance(cached, model) else None
-            if value is None:
-                value = kv.decode(model).value
+            value = self.decode_once(kv, model)
             fresh[key] = (kv.mod_revision, value)
             values.append(value)
         self._decoded = fresh
         return values
+
+    def decode_once(self, kv: KV, model: type[M]) -> M:
+        """``kv`` (an item) decoded as ``model``, once per revision of its
+        key; raises ``CorruptRecord`` as ``KV.decode`` does."""
+        revision, cached = self._decoded.get(kv.key, (0, None))
+        if revision == kv.mod_revision and isinstance(cached, model):
+            return cached
+        value = kv.decode(model).value
+        self._decoded[kv.key] = (kv.mod_revision, value)
+        return value
 
     def _regroup(self) -> None:
         if self._group_by is None:
@@ -173,6 +180,7 @@ class PrefixCache(ChangeSignal):
         end = self._list_end() if self._list_end is not None else prefix_end(self.prefix)
         items, revision = await list_all(self._store, self.prefix, end, self.keep)
         previous, self.items, self.revision = self.items, items, revision
+        self._decoded = {k: v for k, v in self._decoded.items() if k in items}
         self._regroup()
         self.relists += 1
         self.ready.set()
@@ -190,6 +198,7 @@ class PrefixCache(ChangeSignal):
         key = event.kv.key
         if event.kind == "delete":
             self.items.pop(key, None)
+            self._decoded.pop(key, None)
         elif self.keep is None or self.keep(key):
             self.items[key] = event.kv
         self._group_apply(event)

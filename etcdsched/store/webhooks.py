@@ -18,7 +18,7 @@ from etcdsched.model.notify_records import Webhook
 from etcdsched.runtime.clock import Clock
 from etcdsched.store.cache import PrefixCache, list_all
 from etcdsched.store.keys import Keys
-from etcdsched.store.kv import Cmp, Ops, Store, Versioned, prefix_end
+from etcdsched.store.kv import KV, Cmp, Ops, Store, Versioned, prefix_end
 
 
 class WebhookStore:
@@ -70,14 +70,26 @@ class TenantWebhooks(PrefixCache):
         return key[len(self.prefix) :].partition("/")[0]
 
     def of(self, tenant: str) -> list[Webhook]:
-        """The tenant's webhooks (a record that does not decode is left out)."""
+        """The tenant's webhooks (a record that does not decode is left out).
+        Asked by every transaction that ends a run of the tenant, so each
+        record is decoded once per version, not once per ask."""
         hooks = []
         for kv in self.group(tenant).values():
-            try:
-                hooks.append(kv.decode(Webhook).value)
-            except CorruptRecord:
-                continue
+            hook = self._decoded_hook(kv)
+            if hook is not None:
+                hooks.append(hook)
         return hooks
+
+    def find(self, tenant: str, name: str) -> Webhook | None:
+        """One webhook as this copy holds it (None if it holds none)."""
+        kv = self.group(tenant).get(self._keys.webhook(tenant, name))
+        return None if kv is None else self._decoded_hook(kv)
+
+    def _decoded_hook(self, kv: KV) -> Webhook | None:
+        try:
+            return self.decode_once(kv, Webhook)
+        except CorruptRecord:
+            return None
 
 
 HooksOf = Callable[[str], list[Webhook]]
