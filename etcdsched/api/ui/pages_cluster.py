@@ -10,15 +10,17 @@ worker's assignments (design.md, "Capacity"), one range over ``assign/``.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 
 from aiohttp import web
-from pydantic import ValidationError
 
 from etcdsched.api import routes_cluster
 from etcdsched.api.services import ApiServices
 from etcdsched.api.ui.recent import WINDOW_MS, RecentMetrics
 from etcdsched.api.ui.session import View, page
+from etcdsched.model.codec import CorruptRecord
+from etcdsched.model.placement import NOTHING, Amount, plus
 from etcdsched.model.records import Assignment, WorkerMember
 from etcdsched.model.spec import Resources
 from etcdsched.store.kv import prefix_end
@@ -54,20 +56,14 @@ class WorkerRow:
 class Used:
     """A worker's assignments summed (no bound: unlike one run's resources)."""
 
-    slots: int = 0
-    cpu: float = 0.0
-    memory_mb: int = 0
-    gpu: int = 0
+    amount: Amount = NOTHING
     runs: int = 0
     undecodable: int = 0
     """Assignments that did not decode: the schedulers count such a one as
     filling its worker (design.md, "Capacity")."""
 
     def add(self, res: Resources) -> None:
-        self.slots += res.slots
-        self.cpu += res.cpu
-        self.memory_mb += res.memory_mb
-        self.gpu += res.gpu
+        self.amount = plus(self.amount, res)
         self.runs += 1
 
 
@@ -82,21 +78,21 @@ async def used_by_worker(services: ApiServices) -> dict[str, Used]:
         total = used.setdefault(worker, Used())
         try:
             total.add(kv.decode(Assignment).value.resources)
-        except ValidationError:
+        except CorruptRecord:
             total.undecodable += 1
     return used
 
 
 def worker_row(worker: WorkerMember, used: Used) -> WorkerRow:
-    cap = worker.capacity
+    cap, amount = worker.capacity, used.amount
     full = used.undecodable > 0
     return WorkerRow(
         worker,
         [
-            Dimension("slots", cap.slots if full else used.slots, cap.slots),
-            Dimension("cpu", used.cpu, cap.cpu, cap.cpu > 0),
-            Dimension("memory MB", used.memory_mb, cap.memory_mb, cap.memory_mb > 0),
-            Dimension("gpu", used.gpu, cap.gpu, cap.gpu > 0 or used.gpu > 0),
+            Dimension("slots", cap.slots if full else amount.slots, cap.slots),
+            Dimension("cpu", amount.cpu, cap.cpu, cap.cpu > 0),
+            Dimension("memory MB", amount.memory_mb, cap.memory_mb, cap.memory_mb > 0),
+            Dimension("gpu", amount.gpu, cap.gpu, cap.gpu > 0 or amount.gpu > 0),
         ],
         used.runs + used.undecodable,
     )
@@ -117,8 +113,9 @@ def partition_ranges(partitions: list[int]) -> str:
 async def cluster_page(view: View) -> web.StreamResponse:
     view.require(routes_cluster.cluster)
     services = view.ctx.services
-    cluster = await routes_cluster.cluster_view(view.call())
-    used = await used_by_worker(services)
+    cluster, used = await asyncio.gather(
+        routes_cluster.cluster_view(view.call()), used_by_worker(services)
+    )
     owned: dict[str, list[int]] = {}
     for owner in cluster.owners:
         owned.setdefault(owner.scheduler, []).append(owner.partition)
