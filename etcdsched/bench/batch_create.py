@@ -33,7 +33,6 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -41,8 +40,8 @@ import aiohttp
 from etcdsched.api.auth import create_admin_token
 from etcdsched.api.schemas import JobBatchResults
 from etcdsched.bench.context import BenchContext, BenchError
-from etcdsched.bench.cpu import CpuSample, per_unit_ms, sample
-from etcdsched.bench.env import Agent, Fleet, cpu_seconds
+from etcdsched.bench.cpu import etcd_settled, machine_busy_s, others_cores, per_unit_ms, sample
+from etcdsched.bench.env import Agent, Fleet
 from etcdsched.bench.options import BenchOptions
 from etcdsched.bench.progress import note
 from etcdsched.bench.results import ScenarioResult, Table, Target
@@ -57,10 +56,7 @@ SINGLE_PATH = "/v1/jobs"
 TARGET_JOBS_PER_S = 10_000.0
 HTTP_TIMEOUT_S = 120.0
 READY_TIMEOUT_S = 60.0
-SETTLE_BUSY_S = 0.1
-"""etcd is idle when it used less CPU than this in a second."""
 SETTLE_MAX_S = 60.0
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 TABLE_TITLE = "jobs created through the API, each configuration from an empty cluster"
 COLUMNS = ["how", "APIs", "in flight per API", "answer", "jobs", "seconds", "jobs/s",
            "etcd µs/job", "APIs µs/job", "client µs/job", "total µs/job",
@@ -92,24 +88,6 @@ class Api:
     agent: Agent
     url: str
     http: aiohttp.ClientSession
-
-
-def machine_busy_s() -> float:
-    """CPU seconds the whole machine has spent busy so far, every core and
-    process together (user, nice, system, irq and softirq of /proc/stat)."""
-    try:
-        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]
-        user, nice, system, _idle, _iowait, irq, softirq = map(int, fields)
-    except (OSError, ValueError):
-        return 0.0
-    return (user + nice + system + irq + softirq) / CLOCK_TICKS
-
-
-def others_cores(before: CpuSample, after: CpuSample, machine_s: float) -> float:
-    """Cores that processes outside the samples' groups kept busy on average
-    between the two samples, the machine having been busy ``machine_s``."""
-    wall = max(after.wall_s - before.wall_s, 1e-9)
-    return max(0.0, machine_s / wall - per_unit_ms(before, after, 1)["cores"])
 
 
 def setups(opts: BenchOptions) -> list[Setup]:
@@ -249,13 +227,7 @@ async def _forget_jobs(ctx: BenchContext, keys: Keys, partitions: int) -> None:
         await ctx.store.txn([], ops[start : start + MAX_TXN_OPS])
     revision = (await ctx.store.range("\0", count_only=True)).revision
     await ctx.store.compact(revision)
-    deadline = time.monotonic() + SETTLE_MAX_S
-    while time.monotonic() < deadline:
-        before = cpu_seconds(ctx.etcd_pid)
-        await asyncio.sleep(1.0)
-        if cpu_seconds(ctx.etcd_pid) - before < SETTLE_BUSY_S:
-            return
-    note(f"batch: etcd still busy {SETTLE_MAX_S:.0f} s after the cleanup; going on")
+    await etcd_settled(ctx.etcd_pid, SETTLE_MAX_S)
 
 
 async def _measure_all(ctx: BenchContext, keys: Keys, partitions: int) -> list[Measured]:

@@ -35,7 +35,8 @@ from etcdsched.bench import (
     ui_render,
 )
 from etcdsched.bench.context import BenchContext
-from etcdsched.bench.env import cpu_seconds, machine_info, versions
+from etcdsched.bench.cpu import SETTLE_BUSY, SETTLE_WINDOW_S, etcd_settled
+from etcdsched.bench.env import machine_info, versions
 from etcdsched.bench.options import BenchOptions
 from etcdsched.bench.progress import note
 from etcdsched.bench.report import render
@@ -156,7 +157,7 @@ async def _run_selected(
     selected = [s for s in SCENARIOS if s in ctx.options.scenarios]
     for name in selected:
         note(f"=== scenario {name}")
-        settled_after = await _etcd_settled(ctx.etcd_pid)
+        settled_after = await etcd_settled(ctx.etcd_pid, SETTLE_MAX_S)
         started = time.monotonic()
         try:
             result = await RUNNERS[name](ctx)
@@ -177,23 +178,4 @@ async def _run_selected(
         write_results(path, meta, results)
 
 
-SETTLE_BUSY = 0.1
-SETTLE_WINDOW_S = 1.0
 SETTLE_MAX_S = 300.0
-
-
-async def _etcd_settled(etcd_pid: int) -> float:
-    """Wait until etcd is idle, so work the scenario before left it (a
-    compaction, a large delete) is not charged to the next one. Returns the
-    seconds waited, at most ``SETTLE_MAX_S``. It does not undo what that
-    scenario left *stored*: etcd's CPU per scan pass still grows with the
-    uncompacted history before it (docs/adr/0020-benchmark-history.md)."""
-    began = time.monotonic()
-    while time.monotonic() - began < SETTLE_MAX_S:
-        before = cpu_seconds(etcd_pid)
-        await asyncio.sleep(SETTLE_WINDOW_S)
-        if cpu_seconds(etcd_pid) - before < SETTLE_BUSY * SETTLE_WINDOW_S:
-            break
-    else:
-        note(f"etcd still busy after {SETTLE_MAX_S:.0f} s; starting anyway")
-    return time.monotonic() - began

@@ -31,9 +31,8 @@ from aiohttp import web
 from etcdsched.api.app import ApiServices, make_app
 from etcdsched.api.auth import create_admin_token
 from etcdsched.api.ui.session import COOKIE
-from etcdsched.bench.batch_create import machine_busy_s, others_cores
 from etcdsched.bench.context import BenchContext, BenchError
-from etcdsched.bench.cpu import sample
+from etcdsched.bench.cpu import machine_busy_s, others_cores, sample
 from etcdsched.bench.progress import note
 from etcdsched.bench.results import ScenarioResult, Table, Target
 from etcdsched.config import Config
