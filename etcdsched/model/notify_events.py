@@ -10,9 +10,11 @@ key and the same id, so one outcome can never become two events.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from etcdsched.model.cronwall import ms_to_utc
@@ -125,25 +127,10 @@ def run_deliveries(run: RunRecord, tenant_hooks: Iterable[Webhook]) -> list[Deli
         return []
     out = [pause_check(run)] if _may_pause(run) else []
     wanted = subscriptions(run.spec.notify, tenant_hooks)
-    attempt = run.attempt
-    for webhook, events in sorted(wanted.items()):
-        for each in (kind, "run.recovered"):
-            if each not in events or (each == "run.recovered" and kind != "run.succeeded"):
-                continue
-            eid = event_id(run.id, attempt, each, webhook)
-            out.append(
-                _delivery(
-                    run.id,
-                    run.job_id,
-                    run.tenant,
-                    attempt,
-                    each,
-                    webhook,
-                    eid,
-                    run_body(run, each, eid),
-                    run.updated_ms,
-                )
-            )
+    about = _About(run.id, run.job_id, run.tenant, run.attempt, run.updated_ms)
+    kinds: tuple[EventKind, ...] = (kind, "run.recovered") if kind == "run.succeeded" else (kind,)
+    for each in kinds:
+        out += _fan_out(about, each, wanted, functools.partial(run_body, run, each))
     return out
 
 
@@ -159,12 +146,10 @@ def pause_check(run: RunRecord) -> Delivery:
     """The partition's sender reads the job's last runs and pauses it if
     they are ``pause_after_failures`` failures in a row (the run's writer
     cannot: that is a read, and a worker's report must stay cheap)."""
+    about = _About(run.id, run.job_id, run.tenant, run.attempt, run.updated_ms)
     eid = event_id(run.id, run.attempt, "job.paused", PAUSE_CHECK)
     body = {"pause_after_failures": run.spec.pause_after_failures}
-    return _delivery(
-        run.id, run.job_id, run.tenant, run.attempt, "job.paused", PAUSE_CHECK, eid, body,
-        run.updated_ms,
-    )  # fmt: skip
+    return _delivery(about, "job.paused", PAUSE_CHECK, eid, body)
 
 
 def failure_streak(finished_newest_first: Iterable[RunRecord], count: int) -> bool:
@@ -188,11 +173,9 @@ def paused_deliveries(
     """``job.paused`` for every webhook that wants it, written by the
     transaction that pauses the job (so at most once per pause)."""
     count = check.body.get("pause_after_failures")
-    out = []
-    for webhook, events in sorted(subscriptions(rules, tenant_hooks).items()):
-        if "job.paused" not in events:
-            continue
-        eid = event_id(check.run_id, check.attempt, "job.paused", webhook)
+    about = _About(check.run_id, check.job_id, check.tenant, check.attempt, now_ms)
+
+    def body_of(eid: str) -> dict[str, Any]:
         body: dict[str, Any] = {
             "id": eid,
             "type": "job.paused",
@@ -204,9 +187,9 @@ def paused_deliveries(
             "link": f"/v1/jobs/{check.job_id}",
         }
         body["text"] = slack_text(body) + f": {body['reason']}"
-        out.append(_delivery(check.run_id, check.job_id, check.tenant, check.attempt,
-                             "job.paused", webhook, eid, body, now_ms))  # fmt: skip
-    return out
+        return body
+
+    return _fan_out(about, "job.paused", subscriptions(rules, tenant_hooks), body_of)
 
 
 def skip_deliveries(
@@ -214,20 +197,12 @@ def skip_deliveries(
 ) -> list[Delivery]:
     """``slot.skipped`` for a skip record (misfire, overlap, paused, ...);
     its subject is ``<job>@<first slot>``, the id a run of that slot would have."""
-    wanted = subscriptions(rules, tenant_hooks)
     subject = f"{skip.job_id}@{skip.first_slot_ms:014d}"
-    out = []
-    for webhook, events in sorted(wanted.items()):
-        if "slot.skipped" not in events:
-            continue
-        eid = event_id(subject, 0, "slot.skipped", webhook)
-        body = skip_body(skip, tenant, subject, eid)
-        out.append(
-            _delivery(
-                subject, skip.job_id, tenant, 0, "slot.skipped", webhook, eid, body, skip.created_ms
-            )
-        )
-    return out
+    about = _About(subject, skip.job_id, tenant, 0, skip.created_ms)
+    wanted = subscriptions(rules, tenant_hooks)
+    return _fan_out(
+        about, "slot.skipped", wanted, lambda eid: skip_body(skip, tenant, subject, eid)
+    )
 
 
 def skip_body(skip: SkipRecord, tenant: str, subject: str, eid: str) -> dict[str, Any]:
@@ -251,28 +226,48 @@ def skip_body(skip: SkipRecord, tenant: str, subject: str, eid: str) -> dict[str
     return body
 
 
-def _delivery(
-    subject: str,
-    job_id: str,
-    tenant: str,
-    attempt: int,
+@dataclass(frozen=True)
+class _About:
+    """What an event is about: its subject (a run id, or ``<job>@<slot>``
+    for a skipped slot), job, tenant and attempt, and when it happened."""
+
+    subject: str
+    job_id: str
+    tenant: str
+    attempt: int
+    at_ms: int
+
+
+def _fan_out(
+    about: _About,
     kind: EventKind,
-    webhook: str,
-    eid: str,
-    body: dict[str, Any],
-    at_ms: int,
+    wanted: Subscriptions,
+    body_of: Callable[[str], dict[str, Any]],
+) -> list[Delivery]:
+    """One delivery of ``kind`` to each webhook in ``wanted`` that wants it,
+    its body made for its event id."""
+    out = []
+    for webhook, events in sorted(wanted.items()):
+        if kind in events:
+            eid = event_id(about.subject, about.attempt, kind, webhook)
+            out.append(_delivery(about, kind, webhook, eid, body_of(eid)))
+    return out
+
+
+def _delivery(
+    about: _About, kind: EventKind, webhook: str, eid: str, body: dict[str, Any]
 ) -> Delivery:
     return Delivery(
         event_id=eid,
         kind=kind,
-        tenant=tenant,
+        tenant=about.tenant,
         webhook=webhook,
-        job_id=job_id,
-        run_id=subject,
-        attempt=attempt,
+        job_id=about.job_id,
+        run_id=about.subject,
+        attempt=about.attempt,
         body=body,
-        created_ms=at_ms,
-        next_attempt_ms=at_ms,
+        created_ms=about.at_ms,
+        next_attempt_ms=about.at_ms,
     )
 
 
