@@ -67,12 +67,14 @@ class PartitionFirer(ConflictResolution):
         brake: FiringBrake | None = None,
         direct: DirectPlacement | None = None,
         lead: Callable[[], int] | None = None,
+        runs: RunOps | None = None,
     ) -> None:
         """``gate`` and ``brake`` are shared by a scheduler's partitions (see
         :meth:`fire_due`); with ``direct``, runs are fired straight onto
         workers with room where they may be (ADR 0016); ``lead`` says how
         far ahead to fire now (``etcdsched.scheduler.staging``), at least
-        the lookahead."""
+        the lookahead. ``runs`` writes the runs (the scheduler's, with its
+        webhook outbox)."""
         self._lead = lead or (lambda: lookahead_ms)
         self.order = FireOrder()
         """Earliest start, then highest priority, first (``fire_order``)."""
@@ -93,7 +95,7 @@ class PartitionFirer(ConflictResolution):
         self.granule_ms = min(lookahead_ms // GRANULE_PART, GRANULE_MAX_MS)
         self.horizon_ms = horizon_ms
         self.batch = batch
-        self.runs = RunOps(keys)
+        self.runs = runs or RunOps(keys)
         self.stats = FireStats()
         self._horizon_until = 0
         self.due = PrefixCache(

@@ -50,16 +50,18 @@ class PartitionPlacer:
         active: PrefixCache,
         assigner: Assigner,
         on_change: Callable[[], None] | None = None,
+        runs: RunOps | None = None,
     ) -> None:
         """``on_change`` is called on every change of the queue (the
-        scheduler's placement loop waits on it)."""
+        scheduler's placement loop waits on it); ``runs`` writes the runs
+        (the scheduler's, with its webhook outbox)."""
         self.partition = partition
         self.store = store
         self.keys = keys
         self.ownership = ownership
         self.active = active
         self.assigner = assigner
-        self.runs = RunOps(keys)
+        self.runs = runs or RunOps(keys)
         self.dependencies = DependencyGate(store, keys)
         self.queue = PrefixCache(
             store,

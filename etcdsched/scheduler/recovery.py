@@ -47,14 +47,16 @@ class PartitionRecovery:
         ownership: Ownership,
         active: PrefixCache,
         workers: PrefixCache,
+        runs: RunOps | None = None,
     ) -> None:
+        """``runs`` writes the runs (the scheduler's, with its webhook outbox)."""
         self.partition = partition
         self.store = store
         self.keys = keys
         self.ownership = ownership
         self.active = active
         self.workers = workers
-        self.runs = RunOps(keys)
+        self.runs = runs or RunOps(keys)
         self.lost = 0
 
     async def reconcile_once(self, now_ms: int) -> int:

@@ -42,7 +42,7 @@ from etcdsched.scheduler.staging import StagingLead
 from etcdsched.store.cache import PrefixCache, versions, wait_any_change
 from etcdsched.store.keys import Keys
 from etcdsched.store.kv import Cmp, Ops, Store
-from etcdsched.store.runs import cancel_run
+from etcdsched.store.runs import RunOps, cancel_run
 from etcdsched.store.session import RenewerFactory, Session
 
 log = logging.getLogger(__name__)
@@ -128,6 +128,8 @@ class SchedulerService:
         self.notify = Notifications(config, store, keys, clock, self.ownership)
         """Runs this scheduler ends write their webhook deliveries; it sends
         those of its partitions (docs/webhooks.md)."""
+        self.runs = RunOps(keys, self.notify.outbox)
+        """Run writes of every owned partition: their ends carry the outbox."""
         self._caches: list[asyncio.Task[None]] = []
         self.retention = RetentionSweeper(
             store, keys, logs, config.retention_log_delete_grace_ms
@@ -317,6 +319,7 @@ class SchedulerService:
             self.placement.brake,
             self.direct,
             self.staging.lead_ms if cfg.adaptive_staging else None,
+            self.runs,
         )
         placer = PartitionPlacer(
             partition,
@@ -327,17 +330,16 @@ class SchedulerService:
             active,
             self.assigner,
             self.placement.queues_changed.notify,
+            self.runs,
         )
         firer.on_fired = placer.remember_fired
         placer.due_soon = lambda not_before_ms: (
             not_before_ms <= self.clock.now_ms() + self.placement.lead_ms()
         )
         recovery = PartitionRecovery(
-            partition, self.store, self.keys, self.ownership, active, self.workers
+            partition, self.store, self.keys, self.ownership, active, self.workers, self.runs
         )
         after = AfterWatch(firer, self.store, self.keys, self.clock, self.ownership)
-        for part in (firer, placer, recovery):
-            part.runs.outbox = self.notify.outbox
         delivery = self.notify.loop(partition)
         tasks = PartitionTasks(firer, placer, recovery, active, after)
         tasks.tasks = [
