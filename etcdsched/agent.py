@@ -184,8 +184,8 @@ def _check_roles(config: Config, roles: set[str]) -> None:
         raise ValueError(f"roles must be a non-empty subset of {sorted(ROLES)}")
     if "worker" in roles and config.worker_tenants is None:
         raise ValueError(
-            'a worker must say whose runs it takes: ETCDSCHED_WORKER_TENANTS=\'["team-a"]\''
-            ' (or \'["*"]\' for every tenant)'
+            "a worker must say whose runs it takes: ETCDSCHED_WORKER_TENANTS='[\"team-a\"]'"
+            " (or '[\"*\"]' for every tenant)"
         )
 
 

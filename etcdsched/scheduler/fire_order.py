@@ -12,6 +12,8 @@ key while it waits.
 
 from __future__ import annotations
 
+import heapq
+
 from etcdsched.model.records import DueEntry
 from etcdsched.model.triggers import jitter_offset_ms
 from etcdsched.store.kv import KV
@@ -24,8 +26,9 @@ class FireOrder:
         self._memo: dict[str, tuple[int, int, int]] = {}
         """Key -> (mod_revision, earliest start ms, -priority)."""
 
-    def sorted(self, ready: list[KV]) -> list[KV]:
-        return sorted(ready, key=self._order)
+    def first(self, ready: list[KV], count: int) -> list[KV]:
+        """The first ``count`` of ``ready`` in order."""
+        return heapq.nsmallest(count, ready, key=self._order)
 
     def forget(self, key: str) -> None:
         self._memo.pop(key, None)

@@ -35,11 +35,23 @@ from etcdsched.scheduler.firing_conflicts import ConflictResolution, EntryWrite,
 from etcdsched.scheduler.overlap import ActiveByJob, overlap_skip, overlap_verdict
 from etcdsched.scheduler.ownership import Ownership
 from etcdsched.store.cache import PrefixCache
+from etcdsched.store.horizon_cache import HorizonCache
 from etcdsched.store.keys import SLOT_WIDTH, Keys
 from etcdsched.store.kv import KV, MAX_TXN_OPS, Cmp, Compare, Op, Ops, Store, Versioned
 from etcdsched.store.runs import CREATE_OPS, RunOps, RunOrigin, new_run
 
 log = logging.getLogger(__name__)
+FIRST_FIRED_SLOT = WATCH_SLOT + 1
+"""Slots up to ``WATCH_SLOT`` are ``after`` jobs' watch entries, not fired."""
+END_OF_SLOTS = 10**SLOT_WIDTH
+HORIZON_STEP_S = 1.0
+"""The horizon moves this often, by listing the second it newly covers."""
+RELIST_EVERY_S = 300.0
+"""A whole listing of the horizon this often, should a watch lag unseen."""
+PASS_BATCHES = 32
+"""A pass over a backlog orders and fires at most this many batches, so
+ordering a herd of thousands per partition is not redone in full for every
+pass; the next pass takes the next ones."""
 GRANULE_PART = 4
 GRANULE_MAX_MS = 500
 """A partition fires once its earliest entry is within ``lookahead -
@@ -98,14 +110,21 @@ class PartitionFirer(ConflictResolution):
         self.runs = runs or RunOps(keys)
         self.stats = FireStats()
         self._horizon_until = 0
-        self.due = PrefixCache(
+        self._horizon_key = keys.due_prefix(partition)
+        slot_at = len(self._horizon_key)
+        self.due = HorizonCache(
             store,
             clock,
             keys.due_prefix(partition),
-            relist_every=max(1.0, horizon_ms / 2000),
+            horizon_end=self._horizon_end,
             keep=self._within_horizon,
-            list_end=self._horizon_end,
+            extend_every=HORIZON_STEP_S,
+            relist_every=RELIST_EVERY_S,
+            group_by=lambda key: key[slot_at : slot_at + SLOT_WIDTH],
         )
+        """Grouped by slot: the herd is counted, and the earliest slot
+        found, per distinct slot rather than per entry (a million entries
+        at one instant are one group)."""
         self.cancel_requests: list[tuple[str, int]] = []
         """(run, when) to cancel: superseded by a ``cancel_previous`` run."""
         self._written: dict[str, tuple[int, DueEntry]] = {}
@@ -115,12 +134,21 @@ class PartitionFirer(ConflictResolution):
         not read it back)."""
 
     def _horizon_end(self) -> str:
-        """Called at each (re-)list: move the horizon forward."""
+        """Called at each listing and extension: move the horizon forward."""
         self._horizon_until = self.clock.now_ms() + self.horizon_ms
-        return self.keys.due_until(self.partition, self._horizon_until)
+        self._horizon_key = self.keys.due_until(self.partition, self._horizon_until)
+        return self._horizon_key
 
     def _within_horizon(self, key: str) -> bool:
-        return self.keys.parse_due(key).slot_ms <= self._horizon_until
+        return key < self._horizon_key
+
+    def _slots(self, start: int, end: int) -> Iterator[str]:
+        """The held slots (as in the key) in ``[start, end)``."""
+        low, high = f"{start:0{SLOT_WIDTH}d}", f"{end:0{SLOT_WIDTH}d}"
+        return (slot for slot in self.due.group_names() if low <= slot < high)
+
+    def _entries(self, slots: Iterator[str]) -> list[KV]:
+        return [kv for slot in slots for kv in self.due.group(slot).values()]
 
     # -- one step ----------------------------------------------------------
     def ready_entries(self, now_ms: int) -> list[KV]:
@@ -134,13 +162,11 @@ class PartitionFirer(ConflictResolution):
         lead_ms = self._lead()
         if earliest is None or earliest > now_ms + lead_ms - self.granule_ms:
             return []
-        limit, watch_end = self.keys.due_until(self.partition, now_ms + lead_ms), self.watch_end
-        items = self.due.items.items()
-        ready = sorted((kv for k, kv in items if watch_end <= k < limit), key=lambda kv: kv.key)
+        ready = self._entries(self._slots(FIRST_FIRED_SLOT, now_ms + lead_ms + 1))
         if len(ready) <= self.batch:
-            return ready  # all of it goes in this pass: the order does not matter
+            return sorted(ready, key=lambda kv: kv.key)  # one pass: the order does not matter
         self.order.prune(self.due.items)
-        return self.order.sorted(ready)
+        return self.order.first(ready, self.batch * PASS_BATCHES)
 
     def herd_profile(self, now_ms: int) -> Counter[int]:
         """The due entries held (up to the horizon) by whole seconds from
@@ -148,21 +174,21 @@ class PartitionFirer(ConflictResolution):
         over every entry, which a herd makes many)."""
         second = now_ms // 1000
         if self._profile[0] != second:
-            start = len(self.keys.due_prefix(self.partition))
-            keys = (key for key in self.due.items if key >= self.watch_end)
-            slots = (int(key[start : start + SLOT_WIDTH]) for key in keys)
             # a second stale by the time it is read: count each slot a second nearer
-            self._profile = (second, Counter((slot - now_ms) // 1000 - 1 for slot in slots))
+            profile: Counter[int] = Counter()
+            for slot in self._slots(FIRST_FIRED_SLOT, END_OF_SLOTS):
+                profile[(int(slot) - now_ms) // 1000 - 1] += len(self.due.group(slot))
+            self._profile = (second, profile)
         return self._profile[1]
 
     def earliest_ms(self) -> int | None:
         """The earliest slot to fire (``after`` jobs' watch entries aside)."""
-        earliest = min((k for k in self.due.items if k >= self.watch_end), default=None)
-        return None if earliest is None else self.keys.parse_due(earliest).slot_ms
+        earliest = min(self._slots(FIRST_FIRED_SLOT, END_OF_SLOTS), default=None)
+        return None if earliest is None else int(earliest)
 
     def watch_entries(self) -> list[KV]:
         """The ``after`` jobs of the partition waiting for upstream runs."""
-        return [kv for key, kv in self.due.items.items() if key < self.watch_end]
+        return self._entries(self._slots(0, FIRST_FIRED_SLOT))
 
     async def fire_due(self, now_ms: int) -> bool:
         """Fire the ready entries; False when the brake stopped it first.
@@ -382,11 +408,11 @@ class PartitionFirer(ConflictResolution):
         """Reflect a committed batch in memory before the watch echoes it, so
         the same entries are never fired twice from a stale cache."""
         for kv, write in chunk:
-            self.due.items.pop(kv.key, None)
+            self.due.discard(kv.key)
             self.order.forget(kv.key)
             if write.next_kv is not None and self._within_horizon(write.next_kv[0]):
                 key, data, entry = write.next_kv
-                self.due.items[key] = KV(key, data, revision, revision, 1)
+                self.due.put_item(KV(key, data, revision, revision, 1))
                 self._written[key] = (revision, entry)
             created = write.created
             for run in created:

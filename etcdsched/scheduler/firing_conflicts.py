@@ -116,9 +116,9 @@ class ConflictResolution(ABC):
         for kv, _ in chunk:
             fresh = await self.store.get(kv.key)
             if fresh is None or fresh.mod_revision != kv.mod_revision:
-                self.due.items.pop(kv.key, None)  # already fired (unknown outcome) or changed
+                self.due.discard(kv.key)  # already fired (unknown outcome) or changed
                 if fresh is not None:
-                    self.due.items[kv.key] = fresh
+                    self.due.put_item(fresh)
                 continue
             active = await self._fresh_active(fresh)
             await self._commit_single(fresh, self._entry_write(fresh, now_ms, active), now_ms)
@@ -168,10 +168,10 @@ class ConflictResolution(ABC):
             [Ops.delete(kv.key)],
             [Ops.get(kv.key)],
         )
-        self.due.items.pop(kv.key, None)
+        self.due.discard(kv.key)
         fresh = result.responses[0] if not result.succeeded and result.responses else []
         if fresh:
-            self.due.items[kv.key] = fresh[0]
+            self.due.put_item(fresh[0])
         else:
             log.info("dropped stale due entry %s", kv.key)
 

@@ -131,9 +131,7 @@ class SchedulerService:
         self.runs = RunOps(keys, self.notify.outbox)
         """Run writes of every owned partition: their ends carry the outbox."""
         self._caches: list[asyncio.Task[None]] = []
-        self.retention = RetentionSweeper(
-            store, keys, logs, config.retention_log_delete_grace_ms
-        )
+        self.retention = RetentionSweeper(store, keys, logs, config.retention_log_delete_grace_ms)
         self.assigner = Assigner(store, keys)
         self.fire_gate = asyncio.Semaphore(FIRING_IN_PARALLEL)
         self.placement = PlacementLoop(

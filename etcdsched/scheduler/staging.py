@@ -15,9 +15,9 @@ the lead reaches past the furthest second ``t`` for which
 that is, whose backlog can no longer wait, and everything up to it is
 fired, in slot order. The slots counted are capped at what may be staged
 at all (the workers' capacity, and ``max_staged_runs`` so etcd's space
-holds). Never more than half the horizon (what is surely in memory).
-With no herd, the lead
-is the lookahead: behaviour is as before.
+holds). Never more than the horizon less two seconds (what is surely in
+memory: the horizon moves every second, ``HorizonCache``). With no herd,
+the lead is the lookahead: behaviour is as before.
 
 The rate is measured: fired runs per second while a herd was being staged
 (the lead beyond the lookahead) or the firing brake was engaged: then the
@@ -44,9 +44,9 @@ RECOMPUTE_MS = 1000
 MIN_WORK_MS = 1000
 """A backlog of less staging work than this is no herd: the lookahead does."""
 HORIZON_SLACK_MS = 2000
-"""The lead stays this far inside half the horizon: the due index is
-listed up to the horizon every half horizon (``PartitionFirer.due``), so
-only the next half horizon is surely in memory."""
+"""The lead stays this far inside the horizon: the due index held moves
+its horizon every second (``etcdsched.store.horizon_cache``), so the last
+second or two of it may not be in memory yet."""
 
 
 class StagingLead:
@@ -65,7 +65,7 @@ class StagingLead:
         seconds from now; ``capacity()``: the live workers' total slots."""
         self.clock = clock
         self.lookahead_ms = lookahead_ms
-        self.max_ms = max(lookahead_ms, horizon_ms // 2 - HORIZON_SLACK_MS)
+        self.max_ms = max(lookahead_ms, horizon_ms - HORIZON_SLACK_MS)
         self._profiles = profiles
         self._capacity = capacity
         self.max_staged = max_staged

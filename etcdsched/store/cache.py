@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -38,15 +38,21 @@ async def list_all(
     (it takes longer than etcd keeps history) is reported unavailable."""
     for _ in range(LIST_ATTEMPTS):
         with contextlib.suppress(Compacted):
-            return await _list_at_one_revision(store, start, end, keep)
+            return await list_at(store, start, end, keep)
     raise StoreUnavailable(f"listing {start!r} outran compaction {LIST_ATTEMPTS} times")
 
 
-async def _list_at_one_revision(
-    store: Store, start: str, end: str, keep: Callable[[str], bool] | None
+async def list_at(
+    store: Store,
+    start: str,
+    end: str,
+    keep: Callable[[str], bool] | None,
+    revision: int = 0,
 ) -> tuple[dict[str, KV], int]:
+    """Every key in ``[start, end)`` as of ``revision`` (0: now), page by
+    page; raises ``Compacted`` when that revision is gone."""
     items: dict[str, KV] = {}
-    first = await store.range(start, end, limit=PAGE)
+    first = await store.range(start, end, limit=PAGE, revision=revision)
     revision = first.revision
     page = first
     while True:
@@ -111,6 +117,8 @@ class PrefixCache(ChangeSignal):
         self.revision = 0
         self.ready = asyncio.Event()
         self.relists = 0
+        self.listed_end = prefix
+        """Where the last listing ended (``list_end``'s answer, or the prefix's end)."""
         self._decoded: dict[str, tuple[int, BaseModel]] = {}
 
     def group(self, name: str) -> dict[str, KV]:
@@ -147,26 +155,36 @@ class PrefixCache(ChangeSignal):
         self._decoded[kv.key] = (kv.mod_revision, value)
         return value
 
+    def group_names(self) -> Iterable[str]:
+        """The names of the non-empty groups (see :meth:`group`)."""
+        return self._groups.keys()
+
+    def put_item(self, kv: KV) -> None:
+        """Hold ``kv`` (a write this process made, before the watch echoes
+        it, or a listed key), keeping the groups in step."""
+        self.items[kv.key] = kv
+        if self._group_by is not None:
+            self._groups.setdefault(self._group_by(kv.key), {})[kv.key] = kv
+
+    def discard(self, key: str) -> None:
+        """Forget ``key`` (deleted, or found changed), groups in step."""
+        self.items.pop(key, None)
+        self._decoded.pop(key, None)
+        if self._group_by is None:
+            return
+        name = self._group_by(key)
+        members = self._groups.get(name)
+        if members is not None:
+            members.pop(key, None)
+            if not members:
+                del self._groups[name]
+
     def _regroup(self) -> None:
         if self._group_by is None:
             return
         self._groups = {}
         for key, kv in self.items.items():
             self._groups.setdefault(self._group_by(key), {})[key] = kv
-
-    def _group_apply(self, event: Event) -> None:
-        if self._group_by is None:
-            return
-        key = event.kv.key
-        name = self._group_by(key)
-        if event.kind == "delete" or key not in self.items:
-            members = self._groups.get(name)
-            if members is not None:
-                members.pop(key, None)
-                if not members:
-                    del self._groups[name]
-        else:
-            self._groups.setdefault(name, {})[key] = event.kv
 
     async def relist(self) -> None:
         """List again. ``list_end`` bounds the listing (the due index lists
@@ -180,6 +198,7 @@ class PrefixCache(ChangeSignal):
         end = self._list_end() if self._list_end is not None else prefix_end(self.prefix)
         items, revision = await list_all(self._store, self.prefix, end, self.keep)
         previous, self.items, self.revision = self.items, items, revision
+        self.listed_end = end
         self._decoded = {k: v for k, v in self._decoded.items() if k in items}
         self._regroup()
         self.relists += 1
@@ -196,12 +215,10 @@ class PrefixCache(ChangeSignal):
 
     def apply(self, event: Event) -> None:
         key = event.kv.key
-        if event.kind == "delete":
-            self.items.pop(key, None)
-            self._decoded.pop(key, None)
-        elif self.keep is None or self.keep(key):
-            self.items[key] = event.kv
-        self._group_apply(event)
+        if event.kind == "put" and (self.keep is None or self.keep(key)):
+            self.put_item(event.kv)
+        else:
+            self.discard(key)
         self.revision = max(self.revision, event.kv.mod_revision)
         if self._on_event is not None:
             self._on_event(event)

@@ -53,7 +53,6 @@ class Api:
                 body = await resp.json()
             return resp.status, body, resp.headers
 
-
     async def http_get(
         self, base: str, path: str, token: str
     ) -> tuple[int, Any, Mapping[str, str]]:
@@ -94,9 +93,7 @@ async def api(store: EtcdStore, keys: Keys, tmp_path: Path) -> AsyncIterator[Api
     admin = await create_admin_token(store, keys)
     now = clock.now_ms()
     acme = await create_token(store, keys, tenant="acme", role="editor", name="ann", now_ms=now)
-    globex = await create_token(
-        store, keys, tenant="globex", role="editor", name="gus", now_ms=now
-    )
+    globex = await create_token(store, keys, tenant="globex", role="editor", name="gus", now_ms=now)
     async with aiohttp.ClientSession() as http:
         yield Api(url, admin, acme.secret, globex.secret, services, logs, http)
     await runner.cleanup()

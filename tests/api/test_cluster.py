@@ -69,7 +69,8 @@ async def test_openapi_document_matches_the_router(api: Api) -> None:
     registered = {
         (route.method, route.resource.canonical)
         for route in app.router.routes()
-        if route.resource is not None and route.method != "HEAD"
+        if route.resource is not None
+        and route.method != "HEAD"
         and not route.resource.canonical.startswith("/ui")  # the dashboard: not API operations
     }
     assert registered == documented_operations(document)

@@ -396,6 +396,7 @@ async def test_a_writer_killed_mid_run_leaves_its_uploaded_chunks_readable(
     ]
     argv += [str(seaweed_s3.access_key_file), str(seaweed_s3.secret_key_file)]
     process = subprocess.Popen(argv, cwd=Path(__file__).parents[2])
+
     async def two_uploads() -> None:
         assert process.poll() is None, "the writer died by itself"
         listed = await s3_logs.bucket.list_all(s3_logs.prefix)

@@ -127,9 +127,7 @@ IDENTITY = {
 
 
 @pytest.mark.parametrize("image", ["--privileged", "-v=/:/host", " alpine", "alpine;id"])
-def test_attack_6_a_container_image_cannot_be_a_runtime_flag(
-    cluster: Cluster, image: str
-) -> None:
+def test_attack_6_a_container_image_cannot_be_a_runtime_flag(cluster: Cluster, image: str) -> None:
     spec = {
         "tenant": "b",
         "trigger": {"kind": "now"},

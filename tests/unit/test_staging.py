@@ -35,7 +35,7 @@ def test_the_lead_is_the_lookahead_unless_a_herd_comes_and_stays_inside_the_hori
     # 10,000 at the guessed 500/s, planned at 1.25x: 25 s; 40 s away: not yet
     assert _lead(clock, Counter({40: 10_000})).lead_ms() == 2000
     assert _lead(clock, Counter({20: 10_000})).lead_ms() == 22_000
-    assert _lead(clock, Counter({27: 200_000})).lead_ms() == 28_000  # half the horizon less slack
+    assert _lead(clock, Counter({57: 200_000})).lead_ms() == 58_000  # the horizon less slack
     assert SAFETY == 1.25
 
 
