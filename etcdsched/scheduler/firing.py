@@ -135,7 +135,9 @@ class PartitionFirer(ConflictResolution):
 
     def _horizon_end(self) -> str:
         """Called at each listing and extension: move the horizon forward."""
-        self._horizon_until = self.clock.now_ms() + self.horizon_ms
+        # never backwards (a clock stepped back): keys past a shrunk end would
+        # be refused by ``keep`` and never listed again until a whole re-list
+        self._horizon_until = max(self._horizon_until, self.clock.now_ms() + self.horizon_ms)
         self._horizon_key = self.keys.due_until(self.partition, self._horizon_until)
         return self._horizon_key
 

@@ -53,7 +53,7 @@ async def list_at(
     page; raises ``Compacted`` when that revision is gone."""
     items: dict[str, KV] = {}
     first = await store.range(start, end, limit=PAGE, revision=revision)
-    revision = first.revision
+    revision = revision or first.revision  # a read in the past answers with today's revision
     page = first
     while True:
         for kv in page.kvs:

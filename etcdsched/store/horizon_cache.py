@@ -10,9 +10,13 @@ rebuilt a million objects in the scheduler, and the lead of a herd could
 reach only half the horizon (what was surely listed).
 
 Here the horizon moves every ``extend_every`` seconds by reading only the
-window it newly covers, at the very revision the copy holds: while that
-read runs, watch events wait (the watch stream buffers them), so the
-window as listed and the events that follow fit together exactly. A whole
+window it newly covers, as of etcd's current revision ``L``, while watch
+batches wait (the watch stream buffers them). Events of that window up to
+``L`` that are still buffered are already in the listing: they are skipped
+(the window's *floor*), so the copy never shows a key older than it was
+listed. A read pinned to the revision the copy holds would need no floor,
+but that revision moves only when the partition changes: a quiet
+partition's is compacted away within seconds (``COMPACT_EVERY``). A whole
 listing still happens every ``relist_every`` seconds and after any watch
 failure, as the plain cache does.
 """
@@ -20,12 +24,13 @@ failure, as the plain cache does.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 from collections.abc import Callable
 
 from etcdsched.model.errors import StoreUnavailable
 from etcdsched.runtime.clock import Clock
-from etcdsched.store.cache import PrefixCache, list_at
+from etcdsched.store.cache import PrefixCache, list_all
 from etcdsched.store.kv import Compacted, Event, Store
 
 log = logging.getLogger(__name__)
@@ -61,6 +66,8 @@ class HorizonCache(PrefixCache):
         )
         self.extend_every = extend_every
         self.extensions = 0
+        self._floors: list[tuple[str, str, int]] = []
+        """Windows listed ahead of the watch: (start, end, revision listed)."""
         self._applying = asyncio.Lock()
         """Held while a watch batch is applied and while a window is listed
         and merged: a window read at the held revision must not interleave
@@ -68,25 +75,42 @@ class HorizonCache(PrefixCache):
 
     async def extend(self) -> None:
         """Move the horizon: list the keys between the old end and the new
-        one as of the revision held, and hold them. Every event up to that
-        revision has been applied and none after, so no key can be missed
-        or held stale; the keys of the window already held (from events
-        that arrived after ``keep`` widened, in an extension cut short) are
-        in the listing too, as of the same revision."""
+        one as they are now (revision ``L``) and hold them. ``keep``
+        refused the window's keys until now, so what the watch applied
+        before says nothing of them; its events up to ``L`` still to come
+        are in the listing already and are skipped (:meth:`apply`)."""
         assert self._list_end is not None  # set by the constructor
         async with self._applying:
             start, end = self.listed_end, self._list_end()
             if end <= start:
                 return
-            window, _ = await list_at(self._store, start, end, self.keep, self.revision)
+            window, listed_at = await list_all(self._store, start, end, self.keep)
             for kv in window.values():
                 self.put_item(kv)
                 if self._on_event is not None:
                     self._on_event(Event("put", kv))
+            if listed_at > self.revision:
+                self._floors.append((start, end, listed_at))
             self.listed_end = end
             self.extensions += 1
         if window:
             self.notify()
+
+    def apply(self, event: Event) -> None:
+        """Apply a watch event, unless it is of a window listed after it."""
+        kv = event.kv
+        # the windows are disjoint and listed in key order: one bisect finds it
+        at = bisect.bisect_right(self._floors, kv.key, key=lambda floor: floor[0]) - 1
+        if at >= 0:
+            _, end, listed_at = self._floors[at]
+            if kv.key < end and kv.mod_revision <= listed_at:
+                self.revision = max(self.revision, kv.mod_revision)
+                return
+        super().apply(event)
+
+    async def relist(self) -> None:
+        self._floors.clear()
+        await super().relist()
 
     async def run(self) -> None:
         """List, then follow and extend; list whole again every
@@ -95,8 +119,8 @@ class HorizonCache(PrefixCache):
         while True:
             try:
                 await self.relist()
-                await self._follow_and_extend()
                 backoff = 0.1
+                await self._follow_and_extend()
             except (Compacted, StoreUnavailable) as exc:
                 log.info("cache %s: re-listing after %s", self.prefix, exc)
                 await self._clock.sleep(backoff)
@@ -123,4 +147,5 @@ class HorizonCache(PrefixCache):
             async with self._applying:
                 for event in batch.events:
                     self.apply(event)
+                self._floors = [f for f in self._floors if f[2] > self.revision]
             self.notify()

@@ -10,6 +10,7 @@ import pytest
 from etcdsched.model.records import ActivePointer
 from etcdsched.runtime.clock import FakeClock
 from etcdsched.store.cache import PrefixCache
+from etcdsched.store.horizon_cache import HorizonCache
 from etcdsched.store.kv import KV, Event, Store
 
 
@@ -78,3 +79,26 @@ def test_decoded_values_follow_revisions_and_are_decoded_once_each() -> None:
     cache.apply(Event("put", pointer_kv("a/2", 3, "r2b")))
     cache.apply(Event("delete", pointer_kv("a/1", 4, "r1")))
     assert [p.run_id for p in cache.decoded(ActivePointer)] == ["r2b"]
+
+
+def test_a_horizon_window_listed_ahead_of_the_watch_skips_its_older_events() -> None:
+    """Events still buffered when a window was listed at a later revision
+    are in the listing already: applying them would show older keys."""
+    cache = HorizonCache(
+        cast(Store, None),
+        FakeClock(0),
+        "a/",
+        horizon_end=lambda: "a/~",
+        keep=lambda key: True,
+        extend_every=1,
+        relist_every=300,
+        group_by=by_job,
+    )
+    cache.put_item(kv("a/j5/1", 10))  # listed at revision 10 in the window [a/j5, a/j7)
+    cache._floors = [("a/j5", "a/j7", 10)]
+    cache.apply(Event("delete", kv("a/j5/1", 9)))  # older than the listing: skipped
+    cache.apply(Event("put", kv("a/j6/1", 8)))  # created then deleted before 10: skipped
+    cache.apply(Event("put", kv("a/j2/1", 9)))  # outside the window: applied
+    cache.apply(Event("put", kv("a/j6/2", 11)))  # after the listing: applied
+    assert set(cache.items) == {"a/j5/1", "a/j2/1", "a/j6/2"}
+    assert cache.revision == 11
