@@ -55,6 +55,11 @@ job makes its logs wait."""
 DELETED_JOB_GRACE_MS = 3_600_000
 """How long a deleted job's history stays (its runs can still be listed,
 read and their logs followed) before retention removes all of it."""
+TRIMS_PER_SECOND = 200
+"""At most this many jobs are trimmed a second (two reads each), the rest
+stay dirty for later sweeps: a herd of a million one-off jobs ends a
+thousand runs a second, each a job of its own, and trimming each as it
+ended doubled the reads etcd served while the herd drained (issue 28)."""
 MAX_PENDING_LOG_DELETES = 100_000
 """Run ids whose logs are still to delete, kept across sweeps while the log
 store refuses; beyond this the oldest are given up (their logs stay)."""
@@ -84,6 +89,19 @@ class RetentionSweeper:
         """Runs whose records are gone and whose logs are not yet: when
         their logs may go (ms), and the run id."""
         self._trimming: set[str] = set()
+        self._budget = (0, 0.0)
+        """(when, trims allowed then): ``TRIMS_PER_SECOND``, a second's worth
+        at most, refilled by the sweeps' own clock."""
+
+    def _take_trim(self, now_ms: int) -> bool:
+        """One trim off the budget, if there is one left."""
+        then, left = self._budget
+        left = min(float(TRIMS_PER_SECOND), left + (now_ms - then) * TRIMS_PER_SECOND / 1000)
+        if left < 1:
+            self._budget = (now_ms, left)
+            return False
+        self._budget = (now_ms, left - 1)
+        return True
 
     def on_active_event(self, event: Event) -> None:
         """Active-pointer cache hook: a deleted pointer = a run just ended."""
@@ -132,7 +150,8 @@ class RetentionSweeper:
         tend loop sweeps this one sweeper, so sweeps overlap: a job that
         another sweep is trimming waits for the next sweep (two trims of one
         job would each count its runs before the other deleted some, and
-        together keep fewer than ``keep_last``)."""
+        together keep fewer than ``keep_last``). At most
+        ``TRIMS_PER_SECOND`` jobs are trimmed a second."""
         removed = 0
         busy = set()
         while self.dirty:
@@ -142,6 +161,9 @@ class RetentionSweeper:
                 continue
             if self._ended.get(job_id, 0) < self._trim_after.get(job_id, 1):
                 continue
+            if not self._take_trim(now_ms):
+                busy.add(job_id)  # over the budget: a later sweep
+                break
             self._trimming.add(job_id)
             try:
                 removed += await self.trim(job_id, now_ms)
