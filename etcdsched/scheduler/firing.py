@@ -88,8 +88,6 @@ class PartitionFirer(ConflictResolution):
         the lookahead. ``runs`` writes the runs (the scheduler's, with its
         webhook outbox)."""
         self._lead = lead or (lambda: lookahead_ms)
-        self.order = FireOrder()
-        """Earliest start, then highest priority, first (``fire_order``)."""
         self._profile: tuple[int, Counter[int]] = (-1, Counter())
         self.direct = direct
         self.partition = partition
@@ -111,7 +109,7 @@ class PartitionFirer(ConflictResolution):
         self.stats = FireStats()
         self._horizon_until = 0
         self._horizon_key = keys.due_prefix(partition)
-        slot_at = len(self._horizon_key)
+        self._slot_at = len(self._horizon_key)
         self.due = HorizonCache(
             store,
             clock,
@@ -120,11 +118,14 @@ class PartitionFirer(ConflictResolution):
             keep=self._within_horizon,
             extend_every=HORIZON_STEP_S,
             relist_every=RELIST_EVERY_S,
-            group_by=lambda key: key[slot_at : slot_at + SLOT_WIDTH],
+            group_by=self._slot_of,
         )
         """Grouped by slot: the herd is counted, and the earliest slot
         found, per distinct slot rather than per entry (a million entries
         at one instant are one group)."""
+        self.order = FireOrder(self.due, self._slot_of, FIRST_FIRED_SLOT)
+        """Earliest start, then highest priority, first (``fire_order``)."""
+        self.due.on_put = self.order.on_put
         self.cancel_requests: list[tuple[str, int]] = []
         """(run, when) to cancel: superseded by a ``cancel_previous`` run."""
         self._written: dict[str, tuple[int, DueEntry]] = {}
@@ -141,6 +142,10 @@ class PartitionFirer(ConflictResolution):
         self._horizon_key = self.keys.due_until(self.partition, self._horizon_until)
         return self._horizon_key
 
+    def _slot_of(self, key: str) -> str:
+        """The slot of a due key, as in the key (ordered as strings)."""
+        return key[self._slot_at : self._slot_at + SLOT_WIDTH]
+
     def _within_horizon(self, key: str) -> bool:
         return key < self._horizon_key
 
@@ -154,9 +159,10 @@ class PartitionFirer(ConflictResolution):
 
     # -- one step ----------------------------------------------------------
     def ready_entries(self, now_ms: int) -> list[KV]:
-        """Due entries to fire now, in slot order: none until the earliest
-        is within ``lookahead - granule`` of now, then every entry within
-        the lookahead. With slots spread evenly over time, firing each as it
+        """Due entries to fire now, in fire order (``FireOrder``), at most
+        ``PASS_BATCHES`` batches: none until the earliest is within
+        ``lookahead - granule`` of now, then every entry within the
+        lookahead. With slots spread evenly over time, firing each as it
         entered the lookahead cost a transaction per slot (and most of the
         scheduler's CPU at a thousand slots a second); a slot still goes out
         at least ``lookahead - granule`` ahead."""
@@ -164,11 +170,7 @@ class PartitionFirer(ConflictResolution):
         lead_ms = self._lead()
         if earliest is None or earliest > now_ms + lead_ms - self.granule_ms:
             return []
-        ready = self._entries(self._slots(FIRST_FIRED_SLOT, now_ms + lead_ms + 1))
-        if len(ready) <= self.batch:
-            return sorted(ready, key=lambda kv: kv.key)  # one pass: the order does not matter
-        self.order.prune(self.due.items)
-        return self.order.first(ready, self.batch * PASS_BATCHES)
+        return self.order.take(now_ms + lead_ms, self.batch * PASS_BATCHES)
 
     def herd_profile(self, now_ms: int) -> Counter[int]:
         """The due entries held (up to the horizon) by whole seconds from

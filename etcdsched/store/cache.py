@@ -117,6 +117,9 @@ class PrefixCache(ChangeSignal):
         self.revision = 0
         self.ready = asyncio.Event()
         self.relists = 0
+        self.on_put: Callable[[str], None] = lambda key: None
+        """Told each key :meth:`put_item` holds anew or again (not the keys a
+        whole listing brings: :attr:`relists` counts those)."""
         self.listed_end = prefix
         """Where the last listing ended (``list_end``'s answer, or the prefix's end)."""
         self._decoded: dict[str, tuple[int, BaseModel]] = {}
@@ -165,6 +168,7 @@ class PrefixCache(ChangeSignal):
         self.items[kv.key] = kv
         if self._group_by is not None:
             self._groups.setdefault(self._group_by(kv.key), {})[kv.key] = kv
+        self.on_put(kv.key)
 
     def discard(self, key: str) -> None:
         """Forget ``key`` (deleted, or found changed), groups in step."""
