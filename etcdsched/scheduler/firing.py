@@ -46,8 +46,11 @@ FIRST_FIRED_SLOT = WATCH_SLOT + 1
 END_OF_SLOTS = 10**SLOT_WIDTH
 HORIZON_STEP_S = 1.0
 """The horizon moves this often, by listing the second it newly covers."""
-RELIST_EVERY_S = 300.0
-"""A whole listing of the horizon this often, should a watch lag unseen."""
+RELIST_EVERY_S = 900.0
+"""A whole listing of the horizon this often, should a watch lag unseen.
+Not often: with a herd in the horizon it reads every entry again (a
+million at midnight: a gigabyte, and etcd stalled long enough for a
+worker's lease renewal to time out)."""
 PASS_BATCHES = 32
 """A pass over a backlog orders and fires at most this many batches, so
 ordering a herd of thousands per partition is not redone in full for every
