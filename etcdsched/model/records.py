@@ -19,6 +19,7 @@ from pydantic import (
     ValidatorFunctionWrapHandler,
     WrapSerializer,
     WrapValidator,
+    computed_field,
 )
 from pydantic.json_schema import JsonSchemaValue, SkipJsonSchema
 from pydantic_core import CoreSchema
@@ -26,7 +27,7 @@ from pydantic_core import CoreSchema
 from etcdsched.model.codec import STORED
 from etcdsched.model.spec import Capacity, JobSpec, Resources
 from etcdsched.model.states import RunState
-from etcdsched.model.triggers import WATCH_SLOT
+from etcdsched.model.triggers import WATCH_SLOT, jitter_offset_ms
 
 
 def _snapshot_json(
@@ -203,6 +204,19 @@ class DueEntry(Record):
         """The instant this entry is due, or None for an ``after`` job waiting
         at the watch slot (it has no instant: its upstream runs decide)."""
         return None if self.slot_ms == WATCH_SLOT else self.slot_ms
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def fire_order(self) -> tuple[int, int]:
+        """(earliest start ms, priority): what a partition orders a backlog
+        by, the slot plus the job's jitter offset, then priority. Stored as
+        the entry's last field, so the firer reads it from the end of the
+        stored bytes without decoding the entry and its spec
+        (``etcdsched.scheduler.fire_order``): a million at midnight took
+        twenty seconds of the scheduler's one core to decode."""
+        window_ms = int(self.spec.jitter.total_seconds() * 1000)
+        start_ms = self.slot_ms + jitter_offset_ms(self.job_id, self.slot_ms, window_ms)
+        return start_ms, self.spec.priority
 
 
 class Attempt(Record):

@@ -4,6 +4,7 @@ read from the stored entry without decoding its whole spec."""
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import cast
 
@@ -12,7 +13,7 @@ from etcdsched.model.records import DueEntry
 from etcdsched.model.spec import JobSpec
 from etcdsched.model.triggers import jitter_offset_ms
 from etcdsched.runtime.clock import FakeClock
-from etcdsched.scheduler.fire_order import FireOrder
+from etcdsched.scheduler.fire_order import FireOrder, read_fire_order
 from etcdsched.store.cache import PrefixCache
 from etcdsched.store.kv import KV, Store
 
@@ -102,3 +103,26 @@ def test_a_whole_listing_rebuilds_the_queue() -> None:
     due._regroup()
     due.relists += 1
     assert order.take(SLOT, 10) == [fresh]
+
+
+def test_the_order_is_read_from_the_last_field_and_agrees_with_decoding() -> None:
+    spec = JobSpec.model_validate(
+        {
+            "trigger": {"kind": "now"},
+            "execution": {"argv": ["true"], "env": {"fire_order": "[1,2]"}},
+            "labels": {"fire_order": "[3,4]"},  # named alike, and before the real one
+            "jitter": "10m",
+            "priority": 640,
+        }
+    )
+    entry = DueEntry(
+        job_id="default:j", slot_ms=SLOT, job_key_version=1, job_version=1, anchor_ms=0, spec=spec
+    )
+    stored = encode(entry)
+    assert stored.endswith(b"]}") and b'"fire_order":[' in stored
+    assert read_fire_order(KV("k", stored, 1, 1, 1)) == entry.fire_order
+    assert entry.fire_order[1] == 640 and entry.fire_order[0] > SLOT
+    # an entry stored before the field existed is read the slow way, alike
+    older = json.loads(stored)
+    del older["fire_order"]
+    assert read_fire_order(KV("k", json.dumps(older).encode(), 1, 1, 1)) == entry.fire_order
