@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter
 
 from etcdsched.runtime.clock import FakeClock
-from etcdsched.scheduler.staging import SAFETY, StagingLead, herd_lead_ms
+from etcdsched.scheduler.staging import RATE_GUESS, SAFETY, StagingLead, herd_lead_ms
 
 
 def test_no_herd_needs_nothing_beyond_the_lookahead() -> None:
@@ -32,8 +32,8 @@ def _lead(clock: FakeClock, due: Counter[int], capacity: int = 10**6) -> Staging
 def test_the_lead_is_the_lookahead_unless_a_herd_comes_and_stays_inside_the_horizon() -> None:
     clock = FakeClock(1_000_000)
     assert _lead(clock, Counter({1: 100})).lead_ms() == 2000
-    # 10,000 at the guessed 500/s, planned at 1.25x: 25 s; 40 s away: not yet
-    assert _lead(clock, Counter({40: 10_000})).lead_ms() == 2000
+    # 10,000 at the guessed 300/s, planned at 1.25x: 42 s; 50 s away: not yet
+    assert _lead(clock, Counter({50: 10_000})).lead_ms() == 2000
     assert _lead(clock, Counter({20: 10_000})).lead_ms() == 22_000
     assert _lead(clock, Counter({57: 200_000})).lead_ms() == 58_000  # the horizon less slack
     assert SAFETY == 1.25
@@ -45,8 +45,8 @@ async def test_the_rate_is_learned_while_a_herd_is_staged_or_the_brake_is_engage
     lead.observe(0, brake_engaged=False)
     await clock.advance(1.0)
     lead.observe(5000, brake_engaged=False)
-    assert lead.rate == 500  # not measured: nothing set the pace but the clock
+    assert lead.rate == RATE_GUESS  # not measured: nothing set the pace but the clock
     lead.observe(5000, brake_engaged=True)
     await clock.advance(1.0)
     lead.observe(5400, brake_engaged=True)
-    assert lead.rate == 0.7 * 500 + 0.3 * 400
+    assert lead.rate == 0.7 * RATE_GUESS + 0.3 * 400
