@@ -126,7 +126,8 @@ async def test_a_quiet_prefix_whose_revision_was_compacted_still_moves_without_a
 ) -> None:
     cache, edge = running
     await put(store, edge.key(30), b"later")
-    await assert_eventually(lambda: cache.revision > 0)
+    await put(store, edge.key(3), b"seen")  # held: proves the watch runs before the compaction
+    await assert_eventually(lambda: edge.key(3) in cache.items)
     held = cache.revision
     await put(store, f"{key_prefix}elsewhere", b"moves the revision past what the cache holds")
     head = (await store.range(edge.prefix)).revision
