@@ -360,9 +360,9 @@ async def test_a_second_instance_follows_a_live_log_within_the_flush_delay(
         await other.aclose()
     assert list(seen) == list(written)
     delays = [seen[line] - written[line] for line in written]
-    # the flush delay, then the upload and the reader's next look: a second
-    # each on a quiet machine, up to 1.2 s more seen on a loaded one
-    assert max(delays) < FLUSH_SECONDS + 2.0, delays
+    # the flush delay, then the upload and the reader's next look: about a
+    # second on a quiet machine, up to 1.7 s seen on a loaded one
+    assert max(delays) < FLUSH_SECONDS + 3.0, delays
     assert len({round(at, 1) for at in seen.values()}) >= 2, "arrived in several chunks"
 
 
